@@ -1,0 +1,32 @@
+//! Bytes of OpenTelemetry process context (OTEP 4719) and thread context (OTEP 4947).
+//!
+//! Pure functions over borrowed bytes: this crate knows the layouts and the protobuf
+//! subset, and nothing of Linux, memory mappings or threads. It never allocates and
+//! never panics on input; every malformed input is a typed error whose
+//! [`kind`](HeaderError::kind) is the language-neutral name used by `spec-vectors/`.
+//!
+//! - [`header`]: the 32-byte process-context header and its validation.
+//! - [`proto`]: the `ProcessContext` protobuf payload, encoded from borrowed input and
+//!   decoded into borrowed views.
+//! - [`threadlocal`]: the `threadlocal.*` reference data kept in the payload's extra
+//!   attributes.
+//! - [`record`]: the thread-context record (28-byte header plus attrs-data).
+//! - [`attrs`]: the attrs-data entries `key: u8, len: u8, value: [u8; len]`.
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod attrs;
+pub mod header;
+pub mod proto;
+pub mod record;
+pub mod threadlocal;
+
+pub use attrs::{AttrsError, AttrsIter, ResolvedAttrs};
+pub use header::{HeaderError, ProcessContextHeader};
+pub use proto::{
+    AnyValue, AnyValueView, ArrayView, DecodeError, EncodeError, KeyValue, KeyValueView,
+    KvListView, Limits, ProcessContext, ProcessContextView,
+};
+pub use record::{RecordError, RecordHeader, RecordView};
+pub use threadlocal::{KeyMapView, ThreadlocalError, ThreadlocalView};

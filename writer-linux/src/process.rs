@@ -1,0 +1,1 @@
+//! Process context (OTEP 4719): publish, update, unpublish.
