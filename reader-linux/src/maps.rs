@@ -1,0 +1,438 @@
+//! Finding the `OTEL_CTX` mapping in `/proc/<pid>/maps` (OTEP 4719, "Read", step 1).
+//!
+//! A process can have millions of mappings, and the kernel holds the process's mmap lock
+//! while it prints them. The file is therefore streamed once through a fixed buffer that
+//! [`MapsScanner`] keeps between scans: the cost is one pass over the file and no
+//! allocation that grows with it.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::ops::ControlFlow;
+
+/// Size of the buffer a [`MapsScanner`] streams through. A maps line is at most a few
+/// hundred bytes plus a path of at most `PATH_MAX` (4096) bytes, so every line fits.
+pub const SCAN_BUFFER_SIZE: usize = 16 * 1024;
+
+/// Most candidate mappings kept from one scan. The process context is a singleton, so more
+/// than one `OTEL_CTX` mapping is already unusual; the rest are ignored.
+pub const MAX_CANDIDATES: usize = 4;
+
+/// The suffix the kernel appends to the name of a file-backed mapping whose file is gone.
+const DELETED_SUFFIX: &[u8] = b" (deleted)";
+
+/// How a context mapping is named in `/proc/<pid>/maps`, which says how it was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MappingKind {
+    /// `[anon_shmem:OTEL_CTX]`: a memfd mapping that `prctl(PR_SET_VMA_ANON_NAME)` named.
+    AnonShmem,
+    /// `[anon:OTEL_CTX]`: an anonymous mapping that `prctl(PR_SET_VMA_ANON_NAME)` named.
+    Anon,
+    /// `/memfd:OTEL_CTX`: a memfd mapping on a kernel without `CONFIG_ANON_VMA_NAME`.
+    Memfd,
+}
+
+impl MappingKind {
+    /// The name as the kernel prints it, without ` (deleted)`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::AnonShmem => "[anon_shmem:OTEL_CTX]",
+            Self::Anon => "[anon:OTEL_CTX]",
+            Self::Memfd => "/memfd:OTEL_CTX",
+        }
+    }
+
+    const ALL: [Self; 3] = [Self::AnonShmem, Self::Anon, Self::Memfd];
+}
+
+/// The name of a context mapping: one of the three kinds, with or without ` (deleted)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MappingName {
+    /// Which of the names.
+    pub kind: MappingKind,
+    /// Whether the kernel appended ` (deleted)` (a memfd whose descriptor was closed).
+    pub deleted: bool,
+}
+
+impl MappingName {
+    /// Matches a maps pathname exactly against the context mapping names, with or
+    /// without the ` (deleted)` suffix. Substrings and other names give `None`.
+    pub fn parse(name: &[u8]) -> Option<Self> {
+        let (base, deleted) = match name.strip_suffix(DELETED_SUFFIX) {
+            Some(base) => (base, true),
+            None => (name, false),
+        };
+        MappingKind::ALL
+            .into_iter()
+            .find(|kind| kind.name().as_bytes() == base)
+            .map(|kind| Self { kind, deleted })
+    }
+}
+
+impl fmt::Display for MappingName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind.name())?;
+        if self.deleted {
+            f.write_str(" (deleted)")?;
+        }
+        Ok(())
+    }
+}
+
+/// One parsed line of `/proc/<pid>/maps`, borrowing the line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapsLine<'a> {
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// The four permission characters, such as `rw-p`.
+    pub perms: [u8; 4],
+    /// Offset into the mapped file.
+    pub offset: u64,
+    /// Inode of the mapped file, 0 for anonymous memory.
+    pub inode: u64,
+    /// The pathname column, possibly empty; it may contain spaces.
+    pub name: &'a [u8],
+}
+
+fn split_field(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let at = bytes.iter().position(|&b| b == b' ')?;
+    Some((&bytes[..at], &bytes[at + 1..]))
+}
+
+fn parse_hex(bytes: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    u64::from_str_radix(text, 16).ok()
+}
+
+impl<'a> MapsLine<'a> {
+    /// Parses `start-end perms offset dev inode [name]`; `None` when the line does not
+    /// have that shape.
+    pub fn parse(line: &'a [u8]) -> Option<Self> {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let (range, rest) = split_field(line)?;
+        let dash = range.iter().position(|&b| b == b'-')?;
+        let start = parse_hex(&range[..dash])?;
+        let end = parse_hex(&range[dash + 1..])?;
+        let (perms, rest) = split_field(rest)?;
+        let perms: [u8; 4] = perms.try_into().ok()?;
+        let (offset, rest) = split_field(rest)?;
+        let offset = parse_hex(offset)?;
+        let (_dev, rest) = split_field(rest)?;
+        let (inode, name) = match split_field(rest) {
+            Some((inode, name)) => (inode, name),
+            None => (rest, &rest[rest.len()..]),
+        };
+        let inode = std::str::from_utf8(inode).ok()?.parse().ok()?;
+        let padding = name.iter().take_while(|&&b| b == b' ').count();
+        Some(Self {
+            start,
+            end,
+            perms,
+            offset,
+            inode,
+            name: &name[padding..],
+        })
+    }
+
+    /// Whether the mapping may execute code (`x` in the permissions).
+    pub const fn is_executable(&self) -> bool {
+        self.perms[2] == b'x'
+    }
+
+    /// The context mapping this line describes: the name matches exactly and the mapping
+    /// is not executable.
+    pub fn context_mapping(&self) -> Option<ContextMapping> {
+        if self.is_executable() {
+            return None;
+        }
+        MappingName::parse(self.name).map(|name| ContextMapping {
+            start: self.start,
+            end: self.end,
+            name,
+        })
+    }
+}
+
+/// A mapping whose name says it holds a process context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ContextMapping {
+    /// Address of the header in the publishing process.
+    pub start: u64,
+    /// One past the mapping's last address.
+    pub end: u64,
+    /// The name it has in `/proc/<pid>/maps`.
+    pub name: MappingName,
+}
+
+impl ContextMapping {
+    /// Size of the mapping in bytes.
+    pub const fn len(&self) -> u64 {
+        self.end.saturating_sub(self.start)
+    }
+
+    /// Whether the mapping is empty (never the case for a real one).
+    pub const fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Whether a line may name a context mapping: a cheap test of the line's end, so the
+/// other lines of a huge maps file are not parsed at all.
+fn may_name_context(line: &[u8]) -> bool {
+    let line = line.strip_suffix(DELETED_SUFFIX).unwrap_or(line);
+    line.ends_with(b"OTEL_CTX]") || line.ends_with(b"OTEL_CTX")
+}
+
+/// Streams maps files through one reused fixed-size buffer.
+#[derive(Debug)]
+pub struct MapsScanner {
+    buf: Box<[u8]>,
+}
+
+impl Default for MapsScanner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MapsScanner {
+    /// A scanner with a [`SCAN_BUFFER_SIZE`] buffer.
+    pub fn new() -> Self {
+        Self {
+            buf: vec![0; SCAN_BUFFER_SIZE].into_boxed_slice(),
+        }
+    }
+
+    /// Calls `f` on every line of `input` (without its newline) until `f` breaks. A line
+    /// longer than the buffer cannot be a maps line this crate looks for (paths are at
+    /// most 4096 bytes), and is skipped whole.
+    pub fn for_each_line<R: Read>(
+        &mut self,
+        mut input: R,
+        mut f: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> io::Result<()> {
+        let buf = &mut self.buf[..];
+        let mut filled = 0;
+        let mut skipping_long_line = false;
+        loop {
+            let n = match input.read(&mut buf[filled..]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                if filled > 0 && !skipping_long_line {
+                    // The last line has no newline.
+                    let _ = f(&buf[..filled]);
+                }
+                return Ok(());
+            }
+            let end = filled + n;
+            let mut line_start = 0;
+            // Lines are searched only in the new bytes: the carried-over part has none.
+            let mut search_from = filled;
+            while let Some(at) = memchr::memchr(b'\n', &buf[search_from..end]) {
+                let newline = search_from + at;
+                if skipping_long_line {
+                    skipping_long_line = false;
+                } else if f(&buf[line_start..newline]).is_break() {
+                    return Ok(());
+                }
+                line_start = newline + 1;
+                search_from = line_start;
+            }
+            buf.copy_within(line_start..end, 0);
+            filled = end - line_start;
+            if filled == buf.len() {
+                skipping_long_line = true;
+                filled = 0;
+            }
+        }
+    }
+
+    /// Finds the context mappings in a maps file, in file order, at most
+    /// [`MAX_CANDIDATES`] of them.
+    pub fn find_context_mappings<R: Read>(&mut self, input: R) -> io::Result<Vec<ContextMapping>> {
+        let mut found = Vec::new();
+        self.for_each_line(input, |line| {
+            if may_name_context(line) {
+                if let Some(mapping) = MapsLine::parse(line).and_then(|l| l.context_mapping()) {
+                    found.push(mapping);
+                    if found.len() == MAX_CANDIDATES {
+                        return ControlFlow::Break(());
+                    }
+                }
+            }
+            ControlFlow::Continue(())
+        })?;
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines recorded from real processes: each form a publisher can produce, and
+    /// neighbours that must not match.
+    const RECORDED: &str = "\
+55ad2272d000-55ad228bd000 rw-p 00000000 00:00 0                          [heap]
+7f4138bef000-7f4138bf0000 rw-s 00000000 00:01 1027                       /dev/zero (deleted)
+7f4138bf0000-7f4138bf1000 rw-p 00000000 00:01 1026                       /memfd:OTEL_CTX (deleted)
+7f4138bf1000-7f4138bf2000 rw-p 00000000 00:01 1030                       /memfd:OTEL_CTX
+7f4138bf2000-7f4138bf3000 rw-p 00000000 00:01 1031                       [anon_shmem:OTEL_CTX]
+7f4138bf3000-7f4138bf4000 rw-p 00000000 00:00 0                          [anon:OTEL_CTX]
+7f4138bf4000-7f4138bf5000 r-xp 00000000 00:00 0                          [anon:OTEL_CTX]
+7f4138bf5000-7f4138bf6000 rw-p 00000000 00:01 1032                       /memfd:OTEL_CTX_BACKUP (deleted)
+7f4138bf6000-7f4138bf7000 rw-p 00000000 00:00 0                          [anon:OTEL_CTX2]
+7f4138bf7000-7f4138bf8000 rw-p 00000000 08:01 4242                       /tmp/OTEL_CTX
+7f4138bf8000-7f4138bf9000 rw-p 00000000 00:00 0                          [anon:xOTEL_CTX]
+7f4138c00000-7f4138c02000 r-xp 00000000 00:00 0                          [vdso]
+7ffc82429000-7ffc8244a000 rw-p 00000000 00:00 0                          [stack]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+7f4138bf9000-7f4138bfa000 rw-p 00000000 00:00 0 
+";
+
+    #[test]
+    fn parses_every_field() {
+        let line = MapsLine::parse(
+            b"7f4138bf0000-7f4138bf1000 rw-p 00001000 00:01 1026                       /memfd:OTEL_CTX (deleted)",
+        )
+        .unwrap();
+        assert_eq!(line.start, 0x7f41_38bf_0000);
+        assert_eq!(line.end, 0x7f41_38bf_1000);
+        assert_eq!(&line.perms, b"rw-p");
+        assert_eq!(line.offset, 0x1000);
+        assert_eq!(line.inode, 1026);
+        assert_eq!(line.name, b"/memfd:OTEL_CTX (deleted)");
+        let anon = MapsLine::parse(b"7f4138bf9000-7f4138bfa000 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!(anon.name, b"");
+        let bare = MapsLine::parse(b"7f4138bf9000-7f4138bfa000 rw-p 00000000 00:00 0").unwrap();
+        assert_eq!(bare.name, b"");
+        assert_eq!(MapsLine::parse(b"not a maps line"), None);
+        assert_eq!(MapsLine::parse(b"7f-zz rw-p 0 00:00 0"), None);
+        assert_eq!(MapsLine::parse(b""), None);
+    }
+
+    #[test]
+    fn recorded_lines_every_form() {
+        let mut scanner = MapsScanner::new();
+        let found = scanner.find_context_mappings(RECORDED.as_bytes()).unwrap();
+        let names: Vec<String> = found.iter().map(|m| m.name.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "/memfd:OTEL_CTX (deleted)",
+                "/memfd:OTEL_CTX",
+                "[anon_shmem:OTEL_CTX]",
+                "[anon:OTEL_CTX]",
+            ]
+        );
+        assert_eq!(found[0].start, 0x7f41_38bf_0000);
+        assert_eq!(found[0].len(), 4096);
+        assert_eq!(found[2].name.kind, MappingKind::AnonShmem);
+        assert!(!found[2].name.deleted);
+    }
+
+    #[test]
+    fn names_match_exactly() {
+        for good in [
+            "[anon_shmem:OTEL_CTX]",
+            "[anon_shmem:OTEL_CTX] (deleted)",
+            "[anon:OTEL_CTX]",
+            "[anon:OTEL_CTX] (deleted)",
+            "/memfd:OTEL_CTX",
+            "/memfd:OTEL_CTX (deleted)",
+        ] {
+            let name = MappingName::parse(good.as_bytes()).unwrap();
+            assert_eq!(name.to_string(), good);
+        }
+        for bad in [
+            "OTEL_CTX",
+            "/memfd:OTEL_CTX ",
+            "/memfd:OTEL_CTX (deleted) (deleted)",
+            "/memfd:otel_ctx",
+            "[anon:OTEL_CTX",
+            "/memfd:OTEL_CTX_BACKUP (deleted)",
+            " (deleted)",
+            "",
+        ] {
+            assert_eq!(MappingName::parse(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn executable_mapping_skipped() {
+        let line = MapsLine::parse(
+            b"7f4138bf4000-7f4138bf5000 r-xp 00000000 00:00 0                          [anon:OTEL_CTX]",
+        )
+        .unwrap();
+        assert!(line.is_executable());
+        assert_eq!(line.context_mapping(), None);
+    }
+
+    /// Reads at most `chunk` bytes per call, like the kernel's page-at-a-time output.
+    struct Chunked<'a> {
+        data: &'a [u8],
+        chunk: usize,
+    }
+
+    impl Read for Chunked<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.chunk.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn lines_split_across_reads() {
+        let mut scanner = MapsScanner::new();
+        for chunk in [1, 7, 64, 4096] {
+            let mut lines = Vec::new();
+            scanner
+                .for_each_line(
+                    Chunked {
+                        data: RECORDED.as_bytes(),
+                        chunk,
+                    },
+                    |line| {
+                        lines.push(line.to_vec());
+                        ControlFlow::Continue(())
+                    },
+                )
+                .unwrap();
+            let expected: Vec<Vec<u8>> =
+                RECORDED.lines().map(|l| l.as_bytes().to_vec()).collect();
+            assert_eq!(lines, expected, "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn last_line_without_newline_and_overlong_lines() {
+        let mut input = Vec::new();
+        input.extend_from_slice(b"10-20 rw-p 00000000 00:00 0 /");
+        input.extend(std::iter::repeat_n(b'a', SCAN_BUFFER_SIZE * 2));
+        input.extend_from_slice(b"\n30-40 rw-p 00000000 00:00 0 [anon:OTEL_CTX]");
+        let found = MapsScanner::new()
+            .find_context_mappings(Chunked {
+                data: &input,
+                chunk: 1000,
+            })
+            .unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].start, found[0].end), (0x30, 0x40));
+    }
+
+    #[test]
+    fn stops_at_max_candidates() {
+        let line = "10-20 rw-p 00000000 00:00 0 [anon:OTEL_CTX]\n";
+        let input = line.repeat(MAX_CANDIDATES + 3);
+        let found = MapsScanner::new()
+            .find_context_mappings(input.as_bytes())
+            .unwrap();
+        assert_eq!(found.len(), MAX_CANDIDATES);
+    }
+}
