@@ -1,1 +1,71 @@
 //! Thread context (OTEP 4947): the `otel_thread_ctx_v1` TLS slot and its records.
+//!
+//! Every thread has an 8-byte ELF TLS variable, `otel_thread_ctx_v1`, that points at the
+//! thread's current record or is NULL. An external reader (an eBPF profiler, a ptrace
+//! tool) stops the thread, reads the pointer, then the record: trace id, span id, trace
+//! flags and attributes whose keys are indexes into the process context's
+//! `threadlocal.attribute_key_map`.
+//!
+//! - [`ThreadContext`]: one owned record, allocated when created, then updated without
+//!   allocation. [`ThreadContext::attach`] makes it the thread's record and returns the one
+//!   it replaced; [`detach`] takes it back; [`ThreadContext::attach_scoped`] restores the
+//!   previous one when its guard drops.
+//! - [`update`], [`append`], [`append_truncated`], [`truncate_attrs`]: change the attached
+//!   record in place, following the writer protocol of the specification (`valid = 0`,
+//!   write, `valid = 1`; or grow past `attrs_data_size` and then publish the new size).
+//! - [`Key`] and, with `std`, [`register`]: attribute keys and the key map published in
+//!   the process context.
+//!
+//! ```
+//! use otel_ctx_writer::thread::{self, Key, ThreadContext};
+//!
+//! let route = Key::from_index(0);
+//! let context = ThreadContext::new([1; 16], [2; 8], 0x01, &[(route, "/users/:id")])?;
+//! let previous = context.attach();
+//! assert!(previous.is_none());
+//! thread::update([3; 16], [4; 8], 0x01, &[(route, "/orders")])?;
+//! thread::append(Key::from_index(1), "GET")?;
+//! let context = thread::detach().expect("attached above");
+//! assert_eq!(context.attr_count(), 2);
+//! # Ok::<(), otel_ctx_writer::thread::ContextError>(())
+//! ```
+//!
+//! The binary (or shared library) must export `otel_thread_ctx_v1` in `.dynsym` for
+//! readers to find it: see the `export` module and `EXPORTING.md`.
+//!
+//! Writes are ordered with compiler fences only: a record is written by its own thread and
+//! read while that thread is stopped (signal-handler semantics), so the CPU's own order
+//! needs no barrier.
+
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+compile_error!(
+    "otel-ctx-writer's thread context supports only Linux on x86_64 and aarch64: the \
+     otel_thread_ctx_v1 slot is reached through a TLSDESC instruction sequence written for \
+     those two architectures"
+);
+
+#[cfg(feature = "std")]
+mod cleanup;
+mod context;
+mod error;
+mod key;
+mod record;
+#[cfg(feature = "std")]
+mod registry;
+mod slot;
+
+pub use context::{
+    append, append_truncated, attached_attr_count, detach, is_attached, swap, truncate_attrs,
+    update, AttachGuard, ThreadContext,
+};
+pub use error::ContextError;
+pub use key::Key;
+#[cfg(feature = "std")]
+pub use registry::{register, register_all, registered_keys, RegistryError};
+pub use slot::{attached_record_address, tls_slot_address};
+
+/// The name of the TLS symbol: `otel_thread_ctx_v1`.
+pub use otel_ctx_codec::threadlocal::TLS_SYMBOL;

@@ -1,0 +1,75 @@
+//! Errors of the thread-context writer.
+
+use core::fmt;
+
+use otel_ctx_codec::attrs::MAX_VALUE_LEN;
+use otel_ctx_codec::record::{MAX_RECORD_SIZE, RECORD_HEADER_SIZE};
+
+/// Why a record operation was refused. The record is left as it was, and stays valid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContextError {
+    /// An attribute value is longer than the 255 bytes an entry can hold.
+    ValueTooLong {
+        /// Key index of the attribute.
+        key: u8,
+        /// Length of the value in bytes.
+        len: usize,
+    },
+    /// The record would be larger than its capacity.
+    RecordFull {
+        /// Bytes the record would take, header included.
+        needed: usize,
+        /// The record's capacity.
+        capacity: usize,
+    },
+    /// No record is attached to this thread.
+    NotAttached,
+    /// A capacity outside `28..=640` bytes was asked for.
+    CapacityOutOfRange {
+        /// The capacity asked for.
+        capacity: usize,
+    },
+}
+
+impl ContextError {
+    /// A snake_case name of the error kind.
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::ValueTooLong { .. } => "value_too_long",
+            Self::RecordFull { .. } => "record_full",
+            Self::NotAttached => "not_attached",
+            Self::CapacityOutOfRange { .. } => "capacity_out_of_range",
+        }
+    }
+}
+
+impl fmt::Display for ContextError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ValueTooLong { key, len } => write!(
+                f,
+                "value of attribute key {key} is {len} bytes, over the {MAX_VALUE_LEN} bytes \
+                 an entry holds; shorten it or use the truncating append"
+            ),
+            Self::RecordFull { needed, capacity } => write!(
+                f,
+                "the record would take {needed} bytes but its capacity is {capacity}; the \
+                 record was left unchanged (use a larger capacity, up to {MAX_RECORD_SIZE}, \
+                 or fewer attributes)"
+            ),
+            Self::NotAttached => write!(
+                f,
+                "no thread context is attached to this thread; attach one first"
+            ),
+            Self::CapacityOutOfRange { capacity } => write!(
+                f,
+                "record capacity {capacity} is outside {RECORD_HEADER_SIZE}..={MAX_RECORD_SIZE} \
+                 bytes (the header takes {RECORD_HEADER_SIZE}, readers copy at most \
+                 {MAX_RECORD_SIZE})"
+            ),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ContextError {}

@@ -1,0 +1,341 @@
+//! The memory of one record and the writes of the writer protocol.
+//!
+//! A record lives in one heap block: a 64-byte prefix that holds the record's capacity,
+//! then the record itself, which therefore starts on a cache line (a 64-byte compact
+//! record is one line) and is 2-aligned as the specification requires. The slot points at
+//! the record, not at the block, so that an external reader sees exactly the bytes of the
+//! specification; the prefix lets the writer turn a pointer taken back from the slot into
+//! an owned context again.
+//!
+//! Every write goes through raw pointers, never through a `&mut` to the bytes: a signal
+//! handler on this thread may read the record between any two instructions. `valid` and
+//! `attrs_data_size` are written with atomic stores (so `attrs_data_size` is one 16-bit
+//! store, never two bytes); the other fields are written only where the protocol makes
+//! them invisible (inside `valid = 0`, or past `attrs_data_size`), and compiler fences
+//! keep the stores in protocol order. A record is only ever written by one thread at a
+//! time, and readers only run while that thread is stopped, so no CPU barrier is needed.
+
+use core::alloc::Layout;
+use core::ptr::{self, NonNull};
+use core::sync::atomic::{compiler_fence, AtomicU16, AtomicU8, Ordering};
+
+use otel_ctx_codec::attrs::{ENTRY_OVERHEAD, MAX_VALUE_LEN};
+use otel_ctx_codec::record::{
+    ATTRS_DATA_OFFSET, ATTRS_DATA_SIZE_OFFSET, MAX_RECORD_SIZE, RECORD_HEADER_SIZE, SPAN_ID_OFFSET,
+    TRACE_FLAGS_OFFSET, TRACE_ID_OFFSET, VALID, VALID_OFFSET,
+};
+
+use super::{ContextError, Key};
+
+/// Opaque type of the bytes the slot points at (only ever used behind a pointer).
+pub(crate) enum Record {}
+
+/// Bytes before the record in its heap block.
+const PREFIX: usize = 64;
+/// Alignment of the heap block, hence of the record: one cache line.
+const BLOCK_ALIGN: usize = 64;
+
+const _: () = {
+    assert!(PREFIX % BLOCK_ALIGN == 0);
+    assert!(ATTRS_DATA_SIZE_OFFSET % 2 == 0);
+    assert!(MAX_RECORD_SIZE <= u16::MAX as usize);
+};
+
+/// Layout of the heap block of a record of `capacity` bytes.
+fn block_layout(capacity: usize) -> Layout {
+    match Layout::from_size_align(PREFIX + capacity, BLOCK_ALIGN) {
+        Ok(layout) => layout,
+        // `capacity` is at most `MAX_RECORD_SIZE`, checked by every caller.
+        Err(_) => unreachable!("record capacity is bounded by MAX_RECORD_SIZE"),
+    }
+}
+
+/// An owned pointer to a record's first byte; freeing is explicit ([`RecordPtr::free`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordPtr(NonNull<u8>);
+
+impl RecordPtr {
+    /// Allocates an empty record (no ids, no attributes, `valid = 1`) of `capacity` bytes.
+    pub(crate) fn allocate(capacity: usize) -> Result<Self, ContextError> {
+        if !(RECORD_HEADER_SIZE..=MAX_RECORD_SIZE).contains(&capacity) {
+            return Err(ContextError::CapacityOutOfRange { capacity });
+        }
+        let layout = block_layout(capacity);
+        // SAFETY: the layout has a non-zero size (at least PREFIX + 28 bytes).
+        let block = unsafe { alloc::alloc::alloc_zeroed(layout) };
+        let Some(block) = NonNull::new(block) else {
+            alloc::alloc::handle_alloc_error(layout);
+        };
+        // SAFETY: the block is `PREFIX + capacity` bytes and 64-aligned: the prefix holds
+        // the capacity as a u16 at its start, the record starts at `PREFIX`.
+        unsafe {
+            block.as_ptr().cast::<u16>().write(capacity as u16);
+            let record = block.add(PREFIX);
+            // Zeroed memory is a record with zero ids, zero flags and no attributes: it
+            // only lacks `valid = 1`. Nothing can see it yet, so no ordering is needed.
+            record.as_ptr().add(VALID_OFFSET).write(VALID);
+            Ok(Self(record))
+        }
+    }
+
+    /// Rebuilds the pointer from the address the slot held.
+    ///
+    /// # Safety
+    /// `record` must come from [`RecordPtr::as_record`] on a record not freed since.
+    pub(crate) unsafe fn from_record(record: NonNull<Record>) -> Self {
+        Self(record.cast())
+    }
+
+    /// The address to store in the slot.
+    pub(crate) fn as_record(self) -> *mut Record {
+        self.0.as_ptr().cast()
+    }
+
+    /// The record's first byte.
+    pub(crate) fn as_ptr(self) -> *mut u8 {
+        self.0.as_ptr()
+    }
+
+    /// Frees the block.
+    ///
+    /// # Safety
+    /// The record must be live, reachable from no slot, and not used afterwards.
+    pub(crate) unsafe fn free(self) {
+        let capacity = self.capacity();
+        // SAFETY: the block starts `PREFIX` bytes before the record and was allocated
+        // with this layout (the capacity in its prefix never changes).
+        unsafe { alloc::alloc::dealloc(self.0.as_ptr().sub(PREFIX), block_layout(capacity)) }
+    }
+
+    /// Bytes the record may take, header included.
+    pub(crate) fn capacity(self) -> usize {
+        // SAFETY: the prefix of a live block holds the capacity as a 2-aligned u16.
+        usize::from(unsafe { self.0.as_ptr().sub(PREFIX).cast::<u16>().read() })
+    }
+
+    fn valid(self) -> &'static AtomicU8 {
+        // SAFETY: byte 24 of a live record, only ever accessed atomically. The reference
+        // is used at once by the caller and never outlives the record.
+        unsafe { AtomicU8::from_ptr(self.0.as_ptr().add(VALID_OFFSET)) }
+    }
+
+    fn attrs_data_size_atomic(self) -> &'static AtomicU16 {
+        // SAFETY: bytes 26..28 of a live record, 2-aligned because the record is 64-aligned,
+        // only ever accessed atomically after allocation. Used at once by the caller.
+        unsafe { AtomicU16::from_ptr(self.0.as_ptr().add(ATTRS_DATA_SIZE_OFFSET).cast()) }
+    }
+
+    /// The current `attrs_data_size`.
+    pub(crate) fn attrs_data_size(self) -> usize {
+        usize::from(self.attrs_data_size_atomic().load(Ordering::Relaxed))
+    }
+
+    /// The bytes a reader copies: the header and `attrs_data_size` bytes of attrs-data.
+    ///
+    /// # Safety
+    /// No write to the record may happen while the returned slice is alive.
+    pub(crate) unsafe fn bytes<'a>(self) -> &'a [u8] {
+        let len = RECORD_HEADER_SIZE + self.attrs_data_size();
+        // SAFETY: `attrs_data_size` never exceeds `capacity - 28`, so the slice is inside
+        // the record; the caller excludes writes for its lifetime.
+        unsafe { core::slice::from_raw_parts(self.0.as_ptr(), len) }
+    }
+
+    /// In-place update: `valid = 0`, write ids, flags and attrs-data, `valid = 1`.
+    ///
+    /// Everything is checked before the first write: on error the record is untouched
+    /// (and stays valid).
+    ///
+    /// # Safety
+    /// The record must be live and written by no other thread.
+    #[inline]
+    pub(crate) unsafe fn update(
+        self,
+        trace_id: &[u8; 16],
+        span_id: &[u8; 8],
+        trace_flags: u8,
+        attrs: &[(Key, &str)],
+    ) -> Result<(), ContextError> {
+        let attrs_data_size = checked_attrs_len(attrs, self.capacity())?;
+        let record = self.0.as_ptr();
+        self.valid().store(0, Ordering::Relaxed);
+        // Orders `valid = 0` before the field writes below: a reader that sees any new
+        // byte also sees `valid = 0` and skips the record.
+        compiler_fence(Ordering::Release);
+        // SAFETY: all writes are inside the record: the header, then `attrs_data_size`
+        // bytes of attrs-data, which `checked_attrs_len` bounded by the capacity.
+        unsafe {
+            ptr::copy_nonoverlapping(trace_id.as_ptr(), record.add(TRACE_ID_OFFSET), 16);
+            ptr::copy_nonoverlapping(span_id.as_ptr(), record.add(SPAN_ID_OFFSET), 8);
+            record.add(TRACE_FLAGS_OFFSET).write(trace_flags);
+            write_entries(record.add(ATTRS_DATA_OFFSET), attrs);
+        }
+        self.attrs_data_size_atomic()
+            .store(attrs_data_size as u16, Ordering::Relaxed);
+        // Orders every field write above before `valid = 1`: a reader that sees
+        // `valid = 1` sees the whole new record.
+        compiler_fence(Ordering::Release);
+        self.valid().store(VALID, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Appends one entry past `attrs_data_size`, then publishes the new size.
+    ///
+    /// # Safety
+    /// The record must be live and written by no other thread.
+    #[inline]
+    pub(crate) unsafe fn append(self, key: Key, value: &str) -> Result<(), ContextError> {
+        let len = value.len();
+        if len > MAX_VALUE_LEN {
+            return Err(ContextError::ValueTooLong {
+                key: key.index(),
+                len,
+            });
+        }
+        let size = self.attrs_data_size();
+        let needed = RECORD_HEADER_SIZE + size + ENTRY_OVERHEAD + len;
+        let capacity = self.capacity();
+        if needed > capacity {
+            return Err(ContextError::RecordFull { needed, capacity });
+        }
+        // SAFETY: `needed <= capacity`, so the entry fits inside the record.
+        unsafe { self.publish_entry(size, key, value.as_bytes()) };
+        Ok(())
+    }
+
+    /// Like [`RecordPtr::append`], but cuts the value at the last UTF-8 character
+    /// boundary that fits (in 255 bytes and in the record). Returns the bytes kept.
+    ///
+    /// # Safety
+    /// The record must be live and written by no other thread.
+    pub(crate) unsafe fn append_truncated(
+        self,
+        key: Key,
+        value: &str,
+    ) -> Result<usize, ContextError> {
+        let size = self.attrs_data_size();
+        let capacity = self.capacity();
+        let used = RECORD_HEADER_SIZE + size + ENTRY_OVERHEAD;
+        if used > capacity {
+            return Err(ContextError::RecordFull {
+                needed: used,
+                capacity,
+            });
+        }
+        let room = (capacity - used).min(MAX_VALUE_LEN);
+        let mut keep = value.len().min(room);
+        while !value.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        // SAFETY: `used + keep <= capacity`, so the entry fits inside the record.
+        unsafe { self.publish_entry(size, key, &value.as_bytes()[..keep]) };
+        Ok(keep)
+    }
+
+    /// Writes one entry at attrs-data offset `at` (the current size), then stores the new
+    /// size.
+    ///
+    /// # Safety
+    /// The entry must fit in the record, `value` must be at most 255 bytes.
+    #[inline(always)]
+    unsafe fn publish_entry(self, at: usize, key: Key, value: &[u8]) {
+        // SAFETY: the caller checked the entry fits; these bytes are past
+        // `attrs_data_size`, which readers ignore, so no `valid` toggle is needed.
+        unsafe {
+            let dst = self.0.as_ptr().add(ATTRS_DATA_OFFSET + at);
+            dst.write(key.index());
+            dst.add(1).write(value.len() as u8);
+            ptr::copy_nonoverlapping(value.as_ptr(), dst.add(ENTRY_OVERHEAD), value.len());
+        }
+        // Orders the entry bytes before the size store that makes them visible.
+        compiler_fence(Ordering::Release);
+        self.attrs_data_size_atomic().store(
+            (at + ENTRY_OVERHEAD + value.len()) as u16,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Keeps the first `keep` entries (all of them when there are fewer) by lowering
+    /// `attrs_data_size`. Returns the number of entries kept.
+    ///
+    /// # Safety
+    /// The record must be live and written by no other thread.
+    pub(crate) unsafe fn truncate_attrs(self, keep: usize) -> usize {
+        let size = self.attrs_data_size();
+        let data = self.0.as_ptr().wrapping_add(ATTRS_DATA_OFFSET);
+        let mut at = 0;
+        let mut kept = 0;
+        while kept < keep && at + ENTRY_OVERHEAD <= size {
+            // SAFETY: `at + 1 < size`, inside the attrs-data this writer produced.
+            let len = usize::from(unsafe { data.add(at + 1).read() });
+            if at + ENTRY_OVERHEAD + len > size {
+                break;
+            }
+            at += ENTRY_OVERHEAD + len;
+            kept += 1;
+        }
+        if at < size {
+            self.attrs_data_size_atomic()
+                .store(at as u16, Ordering::Relaxed);
+            // Orders the lower size before any later write into the bytes it released
+            // (an `append` that follows reuses them).
+            compiler_fence(Ordering::Release);
+        }
+        kept
+    }
+
+    /// Number of entries in attrs-data.
+    pub(crate) fn attr_count(self) -> usize {
+        let size = self.attrs_data_size();
+        let data = self.0.as_ptr().wrapping_add(ATTRS_DATA_OFFSET);
+        let mut at = 0;
+        let mut count = 0;
+        while at + ENTRY_OVERHEAD <= size {
+            // SAFETY: `at + 1 < size`, inside the attrs-data this writer produced.
+            let len = usize::from(unsafe { data.add(at + 1).read() });
+            at += ENTRY_OVERHEAD + len;
+            count += 1;
+        }
+        count
+    }
+}
+
+/// Checks every value length and the total, and returns the `attrs_data_size` the
+/// entries take.
+#[inline(always)]
+fn checked_attrs_len(attrs: &[(Key, &str)], capacity: usize) -> Result<usize, ContextError> {
+    let mut total = 0;
+    for (key, value) in attrs {
+        if value.len() > MAX_VALUE_LEN {
+            return Err(ContextError::ValueTooLong {
+                key: key.index(),
+                len: value.len(),
+            });
+        }
+        total += ENTRY_OVERHEAD + value.len();
+    }
+    let needed = RECORD_HEADER_SIZE + total;
+    if needed > capacity {
+        return Err(ContextError::RecordFull { needed, capacity });
+    }
+    Ok(total)
+}
+
+/// Writes the entries one after the other from `dst`.
+///
+/// # Safety
+/// `dst` must be valid for the writes of all entries (as computed by
+/// `checked_attrs_len`), and every value must be at most 255 bytes.
+#[inline(always)]
+unsafe fn write_entries(dst: *mut u8, attrs: &[(Key, &str)]) {
+    let mut at = dst;
+    for (key, value) in attrs {
+        // SAFETY: the caller sized `dst` for all entries.
+        unsafe {
+            at.write(key.index());
+            at.add(1).write(value.len() as u8);
+            ptr::copy_nonoverlapping(value.as_ptr(), at.add(ENTRY_OVERHEAD), value.len());
+            at = at.add(ENTRY_OVERHEAD + value.len());
+        }
+    }
+}

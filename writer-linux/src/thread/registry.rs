@@ -1,0 +1,129 @@
+//! The process's attribute keys (feature `std`): `threadlocal.attribute_key_map`.
+
+use std::borrow::ToOwned;
+use std::fmt;
+use std::string::String;
+use std::sync::{Mutex, MutexGuard};
+use std::vec::Vec;
+
+use otel_ctx_codec::threadlocal::{MAX_KEY_MAP_LEN, SCHEMA_TLSDESC_V1_DEV};
+
+use super::Key;
+use crate::process;
+
+/// The key names, in key-index order. Append-only: a name never moves or goes away.
+static KEY_MAP: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn key_map() -> MutexGuard<'static, Vec<String>> {
+    // The vector is only pushed to after the fallible work, so a panic while the lock was
+    // held cannot leave it torn: the poison is ignored.
+    KEY_MAP
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Why a key could not be registered. Nothing was registered or published.
+#[derive(Debug)]
+pub enum RegistryError {
+    /// The key map already has 256 names, the most a `u8` key index can reach.
+    TooManyKeys {
+        /// The name that was refused.
+        name: String,
+    },
+    /// Updating the process context with the new key map failed.
+    Publish(process::Error),
+}
+
+impl RegistryError {
+    /// A snake_case name of the error kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::TooManyKeys { .. } => "too_many_keys",
+            Self::Publish(_) => "publish",
+        }
+    }
+}
+
+impl fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooManyKeys { name } => write!(
+                f,
+                "cannot register attribute key {name:?}: the key map already holds \
+                 {MAX_KEY_MAP_LEN} names, the most a u8 key index can reach; reuse an \
+                 existing key"
+            ),
+            Self::Publish(e) => write!(
+                f,
+                "the new attribute key map could not be published in the process context, \
+                 so no key was registered: {e}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RegistryError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::TooManyKeys { .. } => None,
+            Self::Publish(e) => Some(e),
+        }
+    }
+}
+
+/// The key of attribute `name`, registering it if it is new.
+///
+/// A new name is appended to the key map, which is then published as
+/// `threadlocal.attribute_key_map` (with `threadlocal.schema_version =
+/// "tlsdesc_v1_dev"`) through [`process::global::set_thread_reference_data`]: the
+/// published process context is updated now, or gets the key map when it is published.
+/// Registering the same name again returns the same key. At most 256 names.
+///
+/// Call it when an attribute name is first seen and keep the [`Key`]: it takes a lock and
+/// may update the process context, so it does not belong on a hot path.
+pub fn register(name: &str) -> Result<Key, RegistryError> {
+    let [key] = register_all([name])?;
+    Ok(key)
+}
+
+/// Registers several names at once (one process-context update for all the new ones) and
+/// returns their keys in the same order. On error none of them is registered.
+pub fn register_all<const N: usize>(names: [&str; N]) -> Result<[Key; N], RegistryError> {
+    let mut key_map = key_map();
+    let mut new_names: Vec<&str> = Vec::new();
+    let mut keys = [Key::from_index(0); N];
+    for (key, name) in keys.iter_mut().zip(names) {
+        let index = match key_map.iter().position(|known| known == name) {
+            Some(index) => index,
+            None => match new_names.iter().position(|new| *new == name) {
+                Some(position) => key_map.len() + position,
+                None => {
+                    new_names.push(name);
+                    key_map.len() + new_names.len() - 1
+                }
+            },
+        };
+        let Ok(index) = u8::try_from(index) else {
+            return Err(RegistryError::TooManyKeys {
+                name: name.to_owned(),
+            });
+        };
+        *key = Key::from_index(index);
+    }
+    if !new_names.is_empty() {
+        let published: Vec<&str> = key_map
+            .iter()
+            .map(String::as_str)
+            .chain(new_names.iter().copied())
+            .collect();
+        process::global::set_thread_reference_data(SCHEMA_TLSDESC_V1_DEV, &published)
+            .map_err(RegistryError::Publish)?;
+        key_map.extend(new_names.into_iter().map(str::to_owned));
+    }
+    Ok(keys)
+}
+
+/// The registered names, in key-index order.
+pub fn registered_keys() -> Vec<String> {
+    key_map().clone()
+}
