@@ -1,6 +1,52 @@
 //! `otel-ctx`: find and read OpenTelemetry process and thread contexts.
+//!
+//! Exit status: 0 on success, 1 on an error (the message on stderr says what to do), 2 on
+//! bad usage.
 
-fn main() {
-    eprintln!("otel-ctx: no command yet");
-    std::process::exit(2);
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cli;
+
+/// Find and read the OpenTelemetry process contexts (OTEP 4719) and thread contexts
+/// (OTEP 4947) that processes on this host publish.
+#[derive(Debug, Parser)]
+#[command(name = "otel-ctx", version)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List every process that publishes a process context.
+    Ps {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the whole process context of one process.
+    Show {
+        /// The process id.
+        pid: u32,
+        /// Print JSON (format in JSON.md).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match args.command {
+        Command::Ps { json } => cli::ps::run(json),
+        Command::Show { pid, json } => cli::show::run(pid, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("otel-ctx: {message}");
+            ExitCode::from(1)
+        }
+    }
 }
