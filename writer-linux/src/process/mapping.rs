@@ -1,0 +1,298 @@
+//! The syscalls of the protocol, one function per step, and the header in the mapping.
+//!
+//! Readers in other processes read the header while this process writes it, so every
+//! header field is stored with an atomic store of its own width, and the protocol's full
+//! barriers (`fence(SeqCst)`) are placed by the caller between the steps.
+
+use core::ffi::CStr;
+use core::mem::offset_of;
+use core::ptr::{null_mut, NonNull};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use otel_ctx_codec::header::{ProcessContextHeader, HEADER_SIZE, SIGNATURE, VERSION};
+use rustix::fd::OwnedFd;
+use rustix::fs::MemfdFlags;
+use rustix::io::Errno;
+use rustix::mm::{Advice, MapFlags, ProtFlags};
+use rustix::time::ClockId;
+
+use super::error::{Error, Step};
+
+/// The name given to the memfd and to the mapping.
+const NAME: &CStr = c"OTEL_CTX";
+
+/// What backs the context mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// A memfd named `OTEL_CTX`: readers find `/memfd:OTEL_CTX (deleted)` even when the
+    /// kernel cannot name mappings.
+    Memfd,
+    /// An anonymous mapping, because `memfd_create` failed: readers find it only through
+    /// its `[anon:OTEL_CTX]` name.
+    Anonymous {
+        /// What `memfd_create` returned.
+        memfd_error: Errno,
+    },
+}
+
+/// The two syscalls whose failure the protocol tolerates, replaceable so tests can
+/// simulate a kernel or sandbox other than the one they run on.
+#[derive(Clone, Copy, Debug)]
+pub struct Syscalls {
+    /// `memfd_create(name, flags)`.
+    pub memfd_create: fn(&CStr, MemfdFlags) -> Result<OwnedFd, Errno>,
+    /// `prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, region, name)`.
+    pub name_region: fn(&[u8], &CStr) -> Result<(), Errno>,
+}
+
+impl Default for Syscalls {
+    fn default() -> Self {
+        Self {
+            memfd_create: |name, flags| rustix::fs::memfd_create(name, flags),
+            name_region: |region, name| {
+                rustix::process::set_virtual_memory_region_name(region, Some(name))
+            },
+        }
+    }
+}
+
+/// The context mapping: one page holding the header. Dropping it unmaps it.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    address: NonNull<u8>,
+    len: usize,
+    backing: Backing,
+}
+
+// SAFETY: the mapping is owned by exactly one `Mapping`, which only a `&mut` holder writes
+// to; nothing about it is tied to the thread that created it.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    pub(crate) fn address(&self) -> usize {
+        self.address.as_ptr() as usize
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn backing(&self) -> Backing {
+        self.backing
+    }
+
+    fn u32_at(&self, offset: usize) -> &AtomicU32 {
+        debug_assert!(offset.is_multiple_of(4) && offset + 4 <= HEADER_SIZE);
+        // SAFETY: `offset` is a 4-aligned field offset inside the header, which lies at the
+        // page-aligned start of a live mapping of at least `HEADER_SIZE` bytes; the memory
+        // is only ever accessed atomically by this process.
+        unsafe { AtomicU32::from_ptr(self.address.as_ptr().add(offset).cast()) }
+    }
+
+    fn u64_at(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= HEADER_SIZE);
+        // SAFETY: as in `u32_at`, for an 8-aligned field.
+        unsafe { AtomicU64::from_ptr(self.address.as_ptr().add(offset).cast()) }
+    }
+
+    /// The header as it is now, field by field.
+    pub(crate) fn header(&self) -> ProcessContextHeader {
+        ProcessContextHeader {
+            signature: self
+                .u64_at(offset_of!(ProcessContextHeader, signature))
+                .load(Ordering::Relaxed)
+                .to_ne_bytes(),
+            version: self
+                .u32_at(offset_of!(ProcessContextHeader, version))
+                .load(Ordering::Relaxed),
+            payload_size: self
+                .u32_at(offset_of!(ProcessContextHeader, payload_size))
+                .load(Ordering::Relaxed),
+            monotonic_published_at_ns: self
+                .u64_at(offset_of!(ProcessContextHeader, monotonic_published_at_ns))
+                .load(Ordering::Relaxed),
+            payload: self
+                .u64_at(offset_of!(ProcessContextHeader, payload))
+                .load(Ordering::Relaxed),
+        }
+    }
+
+    /// Leaves the mapping alone: in a forked child the address is not ours (the mapping
+    /// was not inherited), so it must be neither written nor unmapped.
+    pub(crate) fn abandon(self) {
+        core::mem::forget(self);
+    }
+
+    /// Unpublish step: unmap.
+    pub(crate) fn unmap(self) -> Result<(), Error> {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `address..address + len` is exactly the mapping created by
+        // `map_memfd`/`map_anonymous`, owned by this value and unmapped only here or in
+        // `drop`, never both (`ManuallyDrop`); no reference into it outlives `self`.
+        unsafe { rustix::mm::munmap(this.address.as_ptr().cast(), this.len) }.map_err(|errno| {
+            Error::Syscall {
+                step: Step::Munmap,
+                errno,
+            }
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: as in `unmap`. An error would leave one page mapped; nothing to do then.
+        let _ = unsafe { rustix::mm::munmap(self.address.as_ptr().cast(), self.len) };
+    }
+}
+
+/// The size of the mapping: one page, which holds the header.
+pub(crate) fn mapping_len() -> usize {
+    rustix::param::page_size().max(HEADER_SIZE)
+}
+
+/// Publish step 2: a memfd named `OTEL_CTX`, sealable and not executable; without
+/// `MFD_NOEXEC_SEAL` (Linux 6.3) if the kernel refuses it.
+pub(crate) fn create_memfd(syscalls: &Syscalls) -> Result<OwnedFd, Errno> {
+    let flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
+    (syscalls.memfd_create)(NAME, flags | MemfdFlags::NOEXEC_SEAL)
+        .or_else(|_| (syscalls.memfd_create)(NAME, flags))
+}
+
+/// Publish step 2: size the memfd to the mapping.
+pub(crate) fn size_memfd(fd: &OwnedFd, len: usize) -> Result<(), Error> {
+    rustix::fs::ftruncate(fd, len as u64).map_err(|errno| Error::Syscall {
+        step: Step::Ftruncate,
+        errno,
+    })
+}
+
+/// Publish step 3: map the memfd privately, readable and writable. The caller closes the
+/// fd afterwards by dropping it; the mapping stays.
+pub(crate) fn map_memfd(fd: &OwnedFd, len: usize) -> Result<Mapping, Error> {
+    // SAFETY: a new mapping at an address the kernel picks: no existing memory is
+    // affected. It is owned by the returned `Mapping`.
+    let address = unsafe {
+        rustix::mm::mmap(
+            null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE,
+            fd,
+            0,
+        )
+    };
+    mapping(address, len, Backing::Memfd)
+}
+
+/// Publish step 4: the anonymous fallback when memfd is unavailable.
+pub(crate) fn map_anonymous(len: usize, memfd_error: Errno) -> Result<Mapping, Error> {
+    // SAFETY: as in `map_memfd`.
+    let address = unsafe {
+        rustix::mm::mmap_anonymous(
+            null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE,
+        )
+    };
+    mapping(address, len, Backing::Anonymous { memfd_error })
+}
+
+fn mapping(
+    address: Result<*mut core::ffi::c_void, Errno>,
+    len: usize,
+    backing: Backing,
+) -> Result<Mapping, Error> {
+    let address = address.map_err(|errno| Error::Syscall {
+        step: Step::Mmap,
+        errno,
+    })?;
+    match NonNull::new(address.cast::<u8>()) {
+        Some(address) => Ok(Mapping {
+            address,
+            len,
+            backing,
+        }),
+        // mmap never returns address 0 for a mapping it picked the place of.
+        None => Err(Error::Syscall {
+            step: Step::Mmap,
+            errno: Errno::FAULT,
+        }),
+    }
+}
+
+/// Publish step 5: keep the mapping out of forked children.
+pub(crate) fn prevent_fork_inheritance(mapping: &Mapping) -> Result<(), Error> {
+    // SAFETY: the range is exactly our live mapping; MADV_DONTFORK changes only what
+    // fork() does with it, not its contents.
+    unsafe {
+        rustix::mm::madvise(
+            mapping.address.as_ptr().cast(),
+            mapping.len,
+            Advice::LinuxDontFork,
+        )
+    }
+    .map_err(|errno| Error::Syscall {
+        step: Step::Madvise,
+        errno,
+    })
+}
+
+/// Publish step 6: signature, version, `payload_size` and `payload`; not the timestamp.
+pub(crate) fn write_header(mapping: &Mapping, payload_size: u32, payload: u64) {
+    // Relaxed stores: the caller's barrier after this step orders all of them before the
+    // timestamp that makes them valid.
+    mapping
+        .u64_at(offset_of!(ProcessContextHeader, signature))
+        .store(u64::from_ne_bytes(SIGNATURE), Ordering::Relaxed);
+    mapping
+        .u32_at(offset_of!(ProcessContextHeader, version))
+        .store(VERSION, Ordering::Relaxed);
+    swap_payload(mapping, payload_size, payload);
+}
+
+/// Update step 4: point the header at the new payload.
+pub(crate) fn swap_payload(mapping: &Mapping, payload_size: u32, payload: u64) {
+    // Relaxed stores between two barriers of the caller: the one before orders them after
+    // the timestamp's 0, the one after orders them before the new timestamp.
+    mapping
+        .u32_at(offset_of!(ProcessContextHeader, payload_size))
+        .store(payload_size, Ordering::Relaxed);
+    mapping
+        .u64_at(offset_of!(ProcessContextHeader, payload))
+        .store(payload, Ordering::Relaxed);
+}
+
+/// Publish step 8, update steps 2 and 6, unpublish step 1: write
+/// `monotonic_published_at_ns` (0 = being changed).
+pub(crate) fn write_timestamp(mapping: &Mapping, monotonic_published_at_ns: u64) {
+    // One aligned 64-bit atomic store, so a reader never sees half a timestamp; its order
+    // relative to the other fields comes from the caller's barriers.
+    mapping
+        .u64_at(offset_of!(ProcessContextHeader, monotonic_published_at_ns))
+        .store(monotonic_published_at_ns, Ordering::Relaxed);
+}
+
+/// Publish step 9, update step 7: name the mapping `OTEL_CTX`. Always called, even where
+/// the kernel cannot name mappings: readers may hook this call to learn of new contexts.
+pub(crate) fn name_mapping(mapping: &Mapping, syscalls: &Syscalls) -> Result<(), Errno> {
+    // SAFETY: the mapping is live, `len` bytes long and initialised (zero-filled by mmap,
+    // then written); it is written only through `&mut` owners of the publisher, none of
+    // which runs while this shared view exists.
+    let region = unsafe { core::slice::from_raw_parts(mapping.address.as_ptr(), mapping.len) };
+    (syscalls.name_region)(region, NAME)
+}
+
+/// `CLOCK_BOOTTIME` now, in nanoseconds.
+pub(crate) fn boottime_ns() -> u64 {
+    let now = rustix::time::clock_gettime(ClockId::Boottime);
+    let secs = u64::try_from(now.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(now.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+/// A timestamp for the next publication: now, unless that is not strictly after `last`
+/// (the clock's resolution, or updates in quick succession), and never 0.
+pub(crate) fn next_timestamp(last: u64) -> u64 {
+    boottime_ns().max(last.saturating_add(1)).max(1)
+}

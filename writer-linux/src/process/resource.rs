@@ -1,0 +1,267 @@
+//! The resource: attributes with unique keys, and a builder for the semantic-convention
+//! keys.
+
+use alloc::format;
+use alloc::string::String;
+
+use rustix::io::Errno;
+use rustix::rand::GetRandomFlags;
+
+use super::error::{Error, Step};
+use super::value::{Attributes, Value};
+
+/// `service.name`.
+pub const SERVICE_NAME: &str = "service.name";
+/// `service.instance.id`.
+pub const SERVICE_INSTANCE_ID: &str = "service.instance.id";
+/// `service.version`.
+pub const SERVICE_VERSION: &str = "service.version";
+/// `deployment.environment.name`.
+pub const DEPLOYMENT_ENVIRONMENT_NAME: &str = "deployment.environment.name";
+/// `telemetry.sdk.language`.
+pub const TELEMETRY_SDK_LANGUAGE: &str = "telemetry.sdk.language";
+/// `telemetry.sdk.name`.
+pub const TELEMETRY_SDK_NAME: &str = "telemetry.sdk.name";
+/// `telemetry.sdk.version`.
+pub const TELEMETRY_SDK_VERSION: &str = "telemetry.sdk.version";
+
+/// The resource published in field 1 of the payload. Its keys are unique: setting a key
+/// again replaces its value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Resource {
+    attributes: Attributes,
+}
+
+impl Resource {
+    /// A builder that fills in the semantic-convention keys.
+    pub fn builder() -> ResourceBuilder {
+        ResourceBuilder::default()
+    }
+
+    /// Exactly `attributes`, with no key filled in.
+    pub fn from_attributes(attributes: Attributes) -> Self {
+        Self { attributes }
+    }
+
+    /// The attributes, in order.
+    pub fn attributes(&self) -> &Attributes {
+        &self.attributes
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.attributes.get(key)
+    }
+
+    /// Sets `key` to `value`, replacing and returning its previous value.
+    pub fn set(&mut self, key: impl Into<String>, value: impl Into<Value>) -> Option<Value> {
+        self.attributes.set(key, value)
+    }
+
+    /// Removes `key`, returning its value.
+    pub fn remove(&mut self, key: &str) -> Option<Value> {
+        self.attributes.remove(key)
+    }
+
+    /// `service.name`, if it is a string.
+    pub fn service_name(&self) -> Option<&str> {
+        self.get(SERVICE_NAME).and_then(Value::as_str)
+    }
+
+    /// `service.instance.id`, if it is a string.
+    pub fn service_instance_id(&self) -> Option<&str> {
+        self.get(SERVICE_INSTANCE_ID).and_then(Value::as_str)
+    }
+}
+
+/// Builds a [`Resource`] with the semantic-convention keys.
+///
+/// [`build`](Self::build) fills in what was not set:
+/// - `service.name`: `unknown_service:<process.executable.name>` (from `/proc/self/comm`),
+///   or `unknown_service` when that cannot be read;
+/// - `service.instance.id`: a random UUID v4 (from the `getrandom` syscall);
+/// - `telemetry.sdk.language`: `rust`;
+/// - `telemetry.sdk.name` and `telemetry.sdk.version`: this crate's name and version; an
+///   SDK that publishes through this crate sets its own with
+///   [`telemetry_sdk`](Self::telemetry_sdk).
+///
+/// Every setter, [`attribute`](Self::attribute) included, replaces an earlier value of the
+/// same key.
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct ResourceBuilder {
+    attributes: Attributes,
+}
+
+impl ResourceBuilder {
+    /// `service.name`.
+    pub fn service_name(self, name: impl Into<String>) -> Self {
+        self.attribute(SERVICE_NAME, name.into())
+    }
+
+    /// `service.instance.id`; a random UUID v4 when not set.
+    pub fn service_instance_id(self, id: impl Into<String>) -> Self {
+        self.attribute(SERVICE_INSTANCE_ID, id.into())
+    }
+
+    /// `service.version`.
+    pub fn service_version(self, version: impl Into<String>) -> Self {
+        self.attribute(SERVICE_VERSION, version.into())
+    }
+
+    /// `deployment.environment.name`.
+    pub fn deployment_environment_name(self, name: impl Into<String>) -> Self {
+        self.attribute(DEPLOYMENT_ENVIRONMENT_NAME, name.into())
+    }
+
+    /// `telemetry.sdk.name` and `telemetry.sdk.version`.
+    pub fn telemetry_sdk(self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.attribute(TELEMETRY_SDK_NAME, name.into())
+            .attribute(TELEMETRY_SDK_VERSION, version.into())
+    }
+
+    /// Any attribute, of any value kind.
+    pub fn attribute(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.attributes.set(key, value);
+        self
+    }
+
+    /// The resource, with the missing semantic-convention keys filled in.
+    ///
+    /// Fails only when `service.instance.id` was not set and `getrandom` fails.
+    pub fn build(self) -> Result<Resource, Error> {
+        let mut attributes = self.attributes;
+        if attributes.get(SERVICE_NAME).is_none() {
+            attributes.set(SERVICE_NAME, unknown_service());
+        }
+        if attributes.get(SERVICE_INSTANCE_ID).is_none() {
+            let id = random_uuid_v4().map_err(|errno| Error::Syscall {
+                step: Step::Getrandom,
+                errno,
+            })?;
+            attributes.set(SERVICE_INSTANCE_ID, id);
+        }
+        if attributes.get(TELEMETRY_SDK_LANGUAGE).is_none() {
+            attributes.set(TELEMETRY_SDK_LANGUAGE, "rust");
+        }
+        if attributes.get(TELEMETRY_SDK_NAME).is_none() {
+            attributes.set(TELEMETRY_SDK_NAME, env!("CARGO_PKG_NAME"));
+        }
+        if attributes.get(TELEMETRY_SDK_VERSION).is_none() {
+            attributes.set(TELEMETRY_SDK_VERSION, env!("CARGO_PKG_VERSION"));
+        }
+        Ok(Resource { attributes })
+    }
+}
+
+/// `unknown_service:<comm>`, as the semantic conventions ask when no name is given.
+fn unknown_service() -> String {
+    let mut comm = [0u8; 64];
+    match read_proc_self_comm(&mut comm) {
+        Some(name) if !name.is_empty() => format!("unknown_service:{name}"),
+        _ => String::from("unknown_service"),
+    }
+}
+
+fn read_proc_self_comm(buf: &mut [u8]) -> Option<&str> {
+    use rustix::fs::{Mode, OFlags, CWD};
+    let fd = rustix::fs::openat(
+        CWD,
+        "/proc/self/comm",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let n = rustix::io::retry_on_intr(|| rustix::io::read(&fd, &mut *buf)).ok()?;
+    let text = core::str::from_utf8(buf.get(..n)?).ok()?;
+    Some(text.trim_end_matches('\n'))
+}
+
+/// A random (version 4, RFC 9562) UUID in its lowercase hyphenated form.
+pub(crate) fn random_uuid_v4() -> Result<String, Errno> {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match rustix::rand::getrandom(&mut bytes[filled..], GetRandomFlags::empty()) {
+            Ok(n) => filled += n,
+            Err(Errno::INTR) => {}
+            Err(errno) => return Err(errno),
+        }
+    }
+    // Version 4 in the high nibble of byte 6, variant 0b10 in the high bits of byte 8.
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex = |range: core::ops::Range<usize>| {
+        bytes[range]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        hex(0..4),
+        hex(4..6),
+        hex(6..8),
+        hex(8..10),
+        hex(10..16)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_v4_shape() {
+        let a = random_uuid_v4().unwrap();
+        let b = random_uuid_v4().unwrap();
+        assert_ne!(a, b);
+        let groups: alloc::vec::Vec<&str> = a.split('-').collect();
+        let lens: alloc::vec::Vec<usize> = groups.iter().map(|g| g.len()).collect();
+        assert_eq!(lens, [8, 4, 4, 4, 12]);
+        assert!(a.bytes().all(|c| c == b'-' || c.is_ascii_hexdigit()));
+        assert!(a.bytes().all(|c| !c.is_ascii_uppercase()));
+        assert_eq!(&groups[2][..1], "4");
+        assert!(matches!(&groups[3][..1], "8" | "9" | "a" | "b"));
+    }
+
+    #[test]
+    fn defaults_and_replacement() {
+        let r = Resource::builder()
+            .service_name("first")
+            .attribute("k", 1)
+            .service_name("second")
+            .attribute(SERVICE_VERSION, "2.0")
+            .build()
+            .unwrap();
+        assert_eq!(r.service_name(), Some("second"));
+        assert_eq!(r.get("k"), Some(&Value::Int(1)));
+        assert_eq!(r.get(SERVICE_VERSION), Some(&Value::from("2.0")));
+        assert_eq!(r.get(TELEMETRY_SDK_LANGUAGE), Some(&Value::from("rust")));
+        assert_eq!(
+            r.get(TELEMETRY_SDK_NAME),
+            Some(&Value::from("otel-ctx-writer"))
+        );
+        assert!(r.service_instance_id().is_some_and(|id| id.len() == 36));
+        let names = r
+            .attributes()
+            .iter()
+            .filter(|a| a.key == SERVICE_NAME)
+            .count();
+        assert_eq!(names, 1);
+
+        let given = Resource::builder()
+            .service_instance_id("fixed")
+            .telemetry_sdk("opentelemetry", "0.30.0")
+            .build()
+            .unwrap();
+        assert_eq!(given.service_instance_id(), Some("fixed"));
+        assert_eq!(
+            given.get(TELEMETRY_SDK_NAME),
+            Some(&Value::from("opentelemetry"))
+        );
+        assert!(given
+            .service_name()
+            .is_some_and(|n| n.starts_with("unknown_service")));
+    }
+}

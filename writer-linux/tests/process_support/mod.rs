@@ -1,0 +1,302 @@
+//! Helpers shared by the process-context tests: finding the mapping in
+//! `/proc/self/maps`, reading it back through the codec, probing the platform, and
+//! running code in a forked child.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::os::fd::FromRawFd;
+use std::sync::{Mutex, MutexGuard};
+
+use otel_ctx_codec::header::{ProcessContextHeader, HEADER_SIZE, MAX_PAYLOAD_SIZE};
+use otel_ctx_codec::proto::{Limits, ProcessContextView};
+
+/// The names a process-context mapping has in `/proc/<pid>/maps`.
+pub const CONTEXT_NAMES: [&str; 4] = [
+    "[anon_shmem:OTEL_CTX]",
+    "[anon:OTEL_CTX]",
+    "/memfd:OTEL_CTX",
+    "/memfd:OTEL_CTX (deleted)",
+];
+
+/// One line of `/proc/<pid>/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapsEntry {
+    pub start: usize,
+    pub end: usize,
+    pub perms: String,
+    pub name: String,
+}
+
+/// Parses `/proc/<pid>/maps` text; lines that do not parse are skipped.
+pub fn parse_maps(maps: &str) -> Vec<MapsEntry> {
+    maps.lines()
+        .filter_map(|line| {
+            let mut rest = line;
+            let mut fields = [""; 5];
+            for field in &mut fields {
+                rest = rest.trim_start();
+                let end = rest.find(' ').unwrap_or(rest.len());
+                *field = &rest[..end];
+                rest = &rest[end..];
+            }
+            let (start, end) = fields[0].split_once('-')?;
+            Some(MapsEntry {
+                start: usize::from_str_radix(start, 16).ok()?,
+                end: usize::from_str_radix(end, 16).ok()?,
+                perms: fields[1].to_string(),
+                name: rest.trim_start().to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The process-context mappings in `maps`: an exact name match, not executable.
+pub fn context_mappings_in(maps: &str) -> Vec<MapsEntry> {
+    parse_maps(maps)
+        .into_iter()
+        .filter(|m| CONTEXT_NAMES.contains(&m.name.as_str()) && !m.perms.contains('x'))
+        .collect()
+}
+
+pub fn self_maps() -> String {
+    std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps")
+}
+
+/// The process-context mappings of this process.
+pub fn context_mappings() -> Vec<MapsEntry> {
+    context_mappings_in(&self_maps())
+}
+
+/// Whether any mapping of this process starts at `address`.
+pub fn mapped_at(address: usize) -> bool {
+    parse_maps(&self_maps()).iter().any(|m| m.start == address)
+}
+
+/// A header and payload as a reader gets them.
+pub struct ReadBack {
+    pub header: ProcessContextHeader,
+    pub payload: Vec<u8>,
+}
+
+impl ReadBack {
+    /// The payload, decoded with the readers' default limits.
+    pub fn view(&self) -> ProcessContextView<'_> {
+        ProcessContextView::decode(&self.payload, &Limits::default()).expect("payload decodes")
+    }
+}
+
+/// Reads the header at `address` and the payload it points to, checking the header as a
+/// reader does.
+///
+/// # Safety
+/// `address` must be the address of a live publisher's mapping in this process, and the
+/// publisher must stay alive and unchanged during the call.
+pub unsafe fn read_context(address: usize) -> Result<ReadBack, String> {
+    // SAFETY: the caller guarantees a live mapping of at least HEADER_SIZE bytes there.
+    let bytes = unsafe { std::ptr::read_volatile(address as *const [u8; HEADER_SIZE]) };
+    let header = ProcessContextHeader::parse(&bytes, MAX_PAYLOAD_SIZE)
+        .map_err(|e| format!("header at {address:#x}: {e}"))?;
+    let mut payload = vec![0u8; header.payload_size as usize];
+    // SAFETY: a valid header points to the publisher's live payload of that size.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            header.payload as usize as *const u8,
+            payload.as_mut_ptr(),
+            payload.len(),
+        )
+    };
+    Ok(ReadBack { header, payload })
+}
+
+/// Finds the one context mapping of this process, checks it starts at `address`, and
+/// reads it back.
+///
+/// # Safety
+/// As [`read_context`].
+pub unsafe fn read_back_published(address: usize) -> Result<ReadBack, String> {
+    let found = context_mappings();
+    match found.as_slice() {
+        [one] if one.start == address => {
+            // SAFETY: forwarded from the caller.
+            unsafe { read_context(address) }
+        }
+        _ => Err(format!(
+            "expected one OTEL_CTX mapping at {address:#x}, found {found:?}"
+        )),
+    }
+}
+
+/// Serialises the tests of one binary: the process context is a singleton.
+pub fn lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Whether this kernel names anonymous mappings (`CONFIG_ANON_VMA_NAME`): tried on a
+/// scratch mapping.
+pub fn naming_supported() -> bool {
+    let len = rustix::param::page_size();
+    // SAFETY: a new private anonymous page, unmapped below; nothing else refers to it.
+    let page = unsafe {
+        rustix::mm::mmap_anonymous(
+            std::ptr::null_mut(),
+            len,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::PRIVATE,
+        )
+    }
+    .expect("mmap a scratch page");
+    // SAFETY: the page is mapped, zero-filled and `len` bytes long.
+    let region = unsafe { std::slice::from_raw_parts(page.cast::<u8>(), len) };
+    let named = rustix::process::set_virtual_memory_region_name(region, Some(c"OTEL_PROBE"));
+    // SAFETY: the page mapped above, no longer referred to.
+    unsafe { rustix::mm::munmap(page, len) }.expect("munmap the scratch page");
+    named.is_ok()
+}
+
+/// What a child reported.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ChildOutcome {
+    Passed,
+    /// The child skipped its check, for this reason.
+    Skipped(String),
+}
+
+/// What a child returns: `Err` fails the test with its message.
+pub type ChildResult = Result<ChildOutcome, String>;
+
+/// Runs `f` in a forked child and reports its outcome. The child exits without running
+/// destructors or atexit handlers.
+pub fn in_child(f: impl FnOnce() -> ChildResult) -> ChildResult {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe() writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    let [read_fd, write_fd] = fds;
+    // SAFETY: the child runs only `f` and then `_exit`s; the tests of this binary are
+    // serialised, so no other test thread holds a lock the child could need.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let (code, message) = match outcome {
+            Ok(Ok(ChildOutcome::Passed)) => (0, String::new()),
+            Ok(Ok(ChildOutcome::Skipped(reason))) => (2, reason),
+            Ok(Err(message)) => (1, message),
+            Err(panic) => (
+                1,
+                panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "child panicked".to_string()),
+            ),
+        };
+        // SAFETY: plain syscalls on descriptors this process owns, then exit.
+        unsafe {
+            libc::write(write_fd, message.as_ptr().cast(), message.len());
+            libc::_exit(code);
+        }
+    }
+    // SAFETY: `write_fd` is ours and closed once, here.
+    unsafe { libc::close(write_fd) };
+    let mut message = String::new();
+    // SAFETY: `read_fd` is ours; the File owns and closes it.
+    let mut reader = unsafe { std::fs::File::from_raw_fd(read_fd) };
+    reader
+        .read_to_string(&mut message)
+        .expect("read the child's report");
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    assert_eq!(
+        unsafe { libc::waitpid(pid, &mut status, 0) },
+        pid,
+        "waitpid"
+    );
+    if libc::WIFEXITED(status) {
+        match libc::WEXITSTATUS(status) {
+            0 => Ok(ChildOutcome::Passed),
+            2 => Ok(ChildOutcome::Skipped(message)),
+            code => Err(format!("child exited with {code}: {message}")),
+        }
+    } else {
+        Err(format!(
+            "child ended abnormally (status {status:#x}): {message}"
+        ))
+    }
+}
+
+/// Prints a skipped check's reason, so it is never silent.
+pub fn report(name: &str, outcome: ChildOutcome) {
+    if let ChildOutcome::Skipped(reason) = outcome {
+        println!("SKIPPED {name}: {reason}");
+        eprintln!("SKIPPED {name}: {reason}");
+    }
+}
+
+/// Whether `madvise(MADV_DONTFORK)` keeps a mapping out of a forked child here: tried on
+/// a scratch page. qemu-user accepts the advice but ignores it.
+pub fn dontfork_honoured() -> bool {
+    let len = rustix::param::page_size();
+    // SAFETY: a new private anonymous page, unmapped below.
+    let page = unsafe {
+        rustix::mm::mmap_anonymous(
+            std::ptr::null_mut(),
+            len,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::PRIVATE,
+        )
+    }
+    .expect("mmap a scratch page");
+    // SAFETY: the page mapped above.
+    unsafe { rustix::mm::madvise(page, len, rustix::mm::Advice::LinuxDontFork) }
+        .expect("madvise a scratch page");
+    let address = page as usize;
+    let outcome = in_child(move || {
+        if mapped_at(address) {
+            Err("inherited".to_string())
+        } else {
+            Ok(ChildOutcome::Passed)
+        }
+    });
+    // SAFETY: the page mapped above, no longer referred to.
+    unsafe { rustix::mm::munmap(page, len) }.expect("munmap the scratch page");
+    outcome == Ok(ChildOutcome::Passed)
+}
+
+/// An owned copy of a decoded value, for comparing with what was published.
+pub fn owned_value(
+    value: otel_ctx_codec::proto::AnyValueView<'_>,
+) -> otel_ctx_writer::process::Value {
+    use otel_ctx_codec::proto::AnyValueView;
+    use otel_ctx_writer::process::Value;
+    match value {
+        AnyValueView::String(s) => Value::String(s.to_string()),
+        AnyValueView::Bool(b) => Value::Bool(b),
+        AnyValueView::Int(i) => Value::Int(i),
+        AnyValueView::Double(d) => Value::Double(d),
+        AnyValueView::Bytes(b) => Value::Bytes(b.to_vec()),
+        AnyValueView::Array(a) => Value::Array(a.iter().map(owned_value).collect()),
+        AnyValueView::KvList(kvs) => Value::KvList(
+            kvs.iter()
+                .map(|kv| otel_ctx_writer::process::Attribute::new(kv.key, owned_value(kv.value)))
+                .collect(),
+        ),
+        AnyValueView::Empty => panic!("a published value is never empty"),
+    }
+}
+
+/// The resource and extra attributes of a decoded payload, owned.
+pub fn owned_context(
+    view: &ProcessContextView<'_>,
+) -> (
+    Vec<otel_ctx_writer::process::Attribute>,
+    Vec<otel_ctx_writer::process::Attribute>,
+) {
+    let owned = |kv: otel_ctx_codec::proto::KeyValueView<'_>| {
+        otel_ctx_writer::process::Attribute::new(kv.key, owned_value(kv.value))
+    };
+    (
+        view.resource().map(owned).collect(),
+        view.attributes().map(owned).collect(),
+    )
+}
