@@ -4,6 +4,7 @@
 //! bad usage.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -34,6 +35,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Start a demo service that publishes contexts, and watch what a reader sees.
+    Demo {
+        /// How long to run, such as `10s`, `500ms` or `2m`; Ctrl-C stops earlier.
+        #[arg(long, default_value = "10s", value_parser = cli::parse_duration)]
+        duration: Duration,
+    },
+    /// The demo service itself (started by `demo`).
+    #[command(hide = true)]
+    DemoService,
 }
 
 fn main() -> ExitCode {
@@ -41,6 +51,8 @@ fn main() -> ExitCode {
     let result = match args.command {
         Command::Ps { json } => cli::ps::run(json),
         Command::Show { pid, json } => cli::show::run(pid, json),
+        Command::Demo { duration } => cli::demo::run(duration),
+        Command::DemoService => cli::demo::service(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

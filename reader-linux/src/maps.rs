@@ -404,8 +404,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
                     },
                 )
                 .unwrap();
-            let expected: Vec<Vec<u8>> =
-                RECORDED.lines().map(|l| l.as_bytes().to_vec()).collect();
+            let expected: Vec<Vec<u8>> = RECORDED.lines().map(|l| l.as_bytes().to_vec()).collect();
             assert_eq!(lines, expected, "chunk {chunk}");
         }
     }

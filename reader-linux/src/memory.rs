@@ -215,7 +215,11 @@ mod tests {
     fn both_methods_read_own_memory() {
         let data: Vec<u8> = (0..=255).collect();
         let addr = data.as_ptr() as u64;
-        for method in [ReadMethod::ProcessVmReadv, ReadMethod::ProcMem, ReadMethod::Auto] {
+        for method in [
+            ReadMethod::ProcessVmReadv,
+            ReadMethod::ProcMem,
+            ReadMethod::Auto,
+        ] {
             let mut mem = Memory::new(own_pid(), method);
             let mut out = [0u8; 256];
             mem.read_exact(addr, &mut out).unwrap();

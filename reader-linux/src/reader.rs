@@ -343,7 +343,10 @@ impl ProcessContextReader {
 
     /// Picks the first candidate mapping whose header has the right signature and
     /// version, and caches it.
-    pub(crate) fn choose(&mut self, candidates: Vec<ContextMapping>) -> Result<ContextMapping, Error> {
+    pub(crate) fn choose(
+        &mut self,
+        candidates: Vec<ContextMapping>,
+    ) -> Result<ContextMapping, Error> {
         let pid = self.pid;
         let mut first_error = None;
         for mapping in candidates {

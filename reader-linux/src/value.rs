@@ -96,7 +96,10 @@ pub struct OwnedProcessContext {
 }
 
 fn last<'a>(list: &'a [OwnedKeyValue], key: &str) -> Option<&'a OwnedValue> {
-    list.iter().rev().find(|kv| kv.key == key).map(|kv| &kv.value)
+    list.iter()
+        .rev()
+        .find(|kv| kv.key == key)
+        .map(|kv| &kv.value)
 }
 
 impl OwnedProcessContext {
@@ -237,7 +240,9 @@ mod tests {
         assert_eq!(tl.schema_version.as_deref(), Some("tlsdesc_v1_dev"));
         assert_eq!(tl.attribute_key_map, Some(vec!["http.route".to_owned()]));
         assert_eq!(
-            owned.attribute_value(THREADLOCAL_KEYS[0]).map(OwnedValue::type_name),
+            owned
+                .attribute_value(THREADLOCAL_KEYS[0])
+                .map(OwnedValue::type_name),
             Some("string")
         );
     }

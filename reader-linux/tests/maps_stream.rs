@@ -85,7 +85,10 @@ fn two_million_lines_one_pass_no_large_allocation() {
         .unwrap();
     }
     let size = std::fs::metadata(&path).unwrap().len();
-    println!("wrote {LINES} lines, {size} bytes, in {:?}", started.elapsed());
+    println!(
+        "wrote {LINES} lines, {size} bytes, in {:?}",
+        started.elapsed()
+    );
 
     let mut scanner = MapsScanner::new();
     let mut input = Counting {
@@ -109,7 +112,11 @@ fn two_million_lines_one_pass_no_large_allocation() {
     assert_eq!(found[0].name.kind, MappingKind::AnonShmem);
     // One pass: every byte read exactly once, in buffer-sized reads.
     assert_eq!(input.bytes, size);
-    assert!(input.calls <= size / (SCAN_BUFFER_SIZE as u64 / 2) + 2, "{} calls", input.calls);
+    assert!(
+        input.calls <= size / (SCAN_BUFFER_SIZE as u64 / 2) + 2,
+        "{} calls",
+        input.calls
+    );
     // Nothing that grows with the file: the result vector only.
     assert!(largest <= 4096, "largest allocation {largest} bytes");
 }

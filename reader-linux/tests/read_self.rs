@@ -95,7 +95,12 @@ impl Fixture {
     }
 
     /// Writes a payload at `offset` and a header pointing to it; the timestamp last.
-    fn publish(&mut self, offset: usize, service: &str, edit: impl FnOnce(&mut ProcessContextHeader)) -> u64 {
+    fn publish(
+        &mut self,
+        offset: usize,
+        service: &str,
+        edit: impl FnOnce(&mut ProcessContextHeader),
+    ) -> u64 {
         let resource = [
             KeyValue {
                 key: "service.name",
@@ -115,7 +120,12 @@ impl Fixture {
         self.write_header(offset, len, edit)
     }
 
-    fn write_header(&mut self, offset: usize, len: usize, edit: impl FnOnce(&mut ProcessContextHeader)) -> u64 {
+    fn write_header(
+        &mut self,
+        offset: usize,
+        len: usize,
+        edit: impl FnOnce(&mut ProcessContextHeader),
+    ) -> u64 {
         let addr = self.addr();
         self.bytes()[16..24].fill(0);
         fence(Ordering::SeqCst);
@@ -168,7 +178,11 @@ fn reads_with_both_methods_and_caches() {
     let mut guard = fixture();
     let fx = guard.as_mut().unwrap();
     let ts = fx.publish(PAYLOAD_OFFSET, "self-test", |_| {});
-    for method in [ReadMethod::Auto, ReadMethod::ProcessVmReadv, ReadMethod::ProcMem] {
+    for method in [
+        ReadMethod::Auto,
+        ReadMethod::ProcessVmReadv,
+        ReadMethod::ProcMem,
+    ] {
         let mut r = reader(method);
         assert!(r.mapping().is_none());
         let s = r.read().unwrap();
@@ -198,10 +212,15 @@ fn read_if_changed_uses_the_timestamp() {
     fx.publish(PAYLOAD_OFFSET, "before", |_| {});
     let mut r = reader(ReadMethod::Auto);
     let first = r.read().unwrap();
-    assert_eq!(r.read_if_changed(first.monotonic_published_at_ns).unwrap(), None);
+    assert_eq!(
+        r.read_if_changed(first.monotonic_published_at_ns).unwrap(),
+        None
+    );
     // Update: a new payload elsewhere, a later timestamp.
     let ts = fx.publish(SECOND_PAYLOAD_OFFSET, "after", |h| {
-        h.monotonic_published_at_ns = h.monotonic_published_at_ns.max(first.monotonic_published_at_ns + 1);
+        h.monotonic_published_at_ns = h
+            .monotonic_published_at_ns
+            .max(first.monotonic_published_at_ns + 1);
     });
     let second = r
         .read_if_changed(first.monotonic_published_at_ns)
@@ -222,7 +241,10 @@ fn read_error(method: ReadMethod) -> Error {
     let elapsed = started.elapsed();
     let largest = LARGEST.with(Cell::get);
     let e = result.expect_err("a hostile header must not read");
-    println!("{method:?}: {} in {elapsed:?}, largest allocation {largest} bytes: {e}", e.kind());
+    println!(
+        "{method:?}: {} in {elapsed:?}, largest allocation {largest} bytes: {e}",
+        e.kind()
+    );
     assert!(elapsed < Duration::from_secs(1), "{elapsed:?}");
     assert!(largest <= 128 * 1024, "allocated {largest} bytes");
     e
@@ -246,22 +268,34 @@ fn header_problem(e: &Error, kind: &str) -> bool {
 
 #[test]
 fn bad_signature() {
-    hostile(|h| h.signature = *b"OTEL_CTx", |e| header_problem(e, "bad_signature"));
+    hostile(
+        |h| h.signature = *b"OTEL_CTx",
+        |e| header_problem(e, "bad_signature"),
+    );
 }
 
 #[test]
 fn version_3() {
-    hostile(|h| h.version = 3, |e| header_problem(e, "unsupported_version"));
+    hostile(
+        |h| h.version = 3,
+        |e| header_problem(e, "unsupported_version"),
+    );
 }
 
 #[test]
 fn payload_size_4_gib() {
-    hostile(|h| h.payload_size = u32::MAX, |e| header_problem(e, "payload_too_large"));
+    hostile(
+        |h| h.payload_size = u32::MAX,
+        |e| header_problem(e, "payload_too_large"),
+    );
 }
 
 #[test]
 fn empty_payload() {
-    hostile(|h| h.payload_size = 0, |e| header_problem(e, "empty_payload"));
+    hostile(
+        |h| h.payload_size = 0,
+        |e| header_problem(e, "empty_payload"),
+    );
 }
 
 #[test]
@@ -269,9 +303,7 @@ fn payload_pointer_unmapped() {
     for payload in [0, 8, 1 << 63, u64::MAX - 4] {
         hostile(
             |h| h.payload = payload,
-            |e| {
-                matches!(e, Error::Malformed { problem: Malformed::PayloadUnmapped { payload: p, .. }, .. } if *p == payload)
-            },
+            |e| matches!(e, Error::Malformed { problem: Malformed::PayloadUnmapped { payload: p, .. }, .. } if *p == payload),
         );
     }
 }
@@ -314,18 +346,26 @@ fn deeply_nested_payload() {
 #[test]
 fn unpublish_then_republish_elsewhere() {
     let mut guard = fixture();
-    guard.as_mut().unwrap().publish(PAYLOAD_OFFSET, "first", |_| {});
+    guard
+        .as_mut()
+        .unwrap()
+        .publish(PAYLOAD_OFFSET, "first", |_| {});
     let mut r = reader(ReadMethod::Auto);
     let first = r.read().unwrap();
     // Unpublish: the mapping goes away, and the cached address with it.
     *guard = None;
     let e = r.read().unwrap_err();
     assert!(matches!(e, Error::NoContext { .. }), "{e:?}");
-    assert!(e.to_string().contains("publishes no process context"), "{e}");
+    assert!(
+        e.to_string().contains("publishes no process context"),
+        "{e}"
+    );
     // Publish anew: the reader finds the new mapping by itself.
     let mut fx = Fixture::map();
     fx.publish(PAYLOAD_OFFSET, "second", |h| {
-        h.monotonic_published_at_ns = h.monotonic_published_at_ns.max(first.monotonic_published_at_ns + 1);
+        h.monotonic_published_at_ns = h
+            .monotonic_published_at_ns
+            .max(first.monotonic_published_at_ns + 1);
     });
     let second = r.read().unwrap();
     assert_eq!(second.context.service_name(), Some("second"));
@@ -336,9 +376,15 @@ fn unpublish_then_republish_elsewhere() {
 #[test]
 fn errors_say_what_to_do() {
     let gone = ProcessContextReader::open(u32::MAX).unwrap_err();
-    assert!(matches!(gone, Error::ProcessGone { pid: u32::MAX }), "{gone:?}");
+    assert!(
+        matches!(gone, Error::ProcessGone { pid: u32::MAX }),
+        "{gone:?}"
+    );
     assert_eq!(gone.to_string(), format!("process {} has exited", u32::MAX));
-    let updating = Error::StillUpdating { pid: 5, attempts: 8 };
+    let updating = Error::StillUpdating {
+        pid: 5,
+        attempts: 8,
+    };
     assert!(updating.to_string().contains("after 8 attempts"));
     let denied = Error::PermissionDenied {
         pid: 5,
@@ -346,6 +392,9 @@ fn errors_say_what_to_do() {
         source: std::io::Error::from_raw_os_error(13),
     };
     let text = denied.to_string();
-    assert!(text.contains("CAP_SYS_PTRACE") && text.contains("ptrace_scope"), "{text}");
+    assert!(
+        text.contains("CAP_SYS_PTRACE") && text.contains("ptrace_scope"),
+        "{text}"
+    );
     assert_eq!(denied.kind(), "permission_denied");
 }

@@ -90,7 +90,11 @@ fn double(out: &mut String, d: f64) {
     if d.is_nan() {
         out.push_str("\"NaN\"");
     } else if d.is_infinite() {
-        out.push_str(if d > 0.0 { "\"Infinity\"" } else { "\"-Infinity\"" });
+        out.push_str(if d > 0.0 {
+            "\"Infinity\""
+        } else {
+            "\"-Infinity\""
+        });
     } else if d == d.trunc() && d.abs() < 1e15 {
         // Keep a fractional part so the number reads back as a double.
         let _ = write!(out, "{d:.1}");

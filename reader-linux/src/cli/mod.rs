@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+pub mod demo;
 pub mod json;
 pub mod ps;
 pub mod show;
@@ -22,7 +23,11 @@ pub fn parse_duration(arg: &str) -> Result<Duration, String> {
         "ms" => number / 1000.0,
         "m" => number * 60.0,
         "h" => number * 3600.0,
-        _ => return Err(format!("unknown unit {unit:?} in {arg:?}: use ms, s, m or h")),
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {arg:?}: use ms, s, m or h"
+            ))
+        }
     };
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("{arg:?}: {e}"))
 }
