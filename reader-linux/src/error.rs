@@ -162,12 +162,21 @@ impl fmt::Display for Error {
                 pid,
                 operation,
                 source,
-            } => write!(
-                f,
-                "permission denied to {operation} of process {pid} ({source}); reading another \
-                 process needs CAP_SYS_PTRACE (run as root or with sudo), or the same uid as the \
-                 process with kernel.yama.ptrace_scope at 0"
-            ),
+            } => {
+                write!(
+                    f,
+                    "permission denied to {operation} of process {pid} ({source}); reading another \
+                     process needs CAP_SYS_PTRACE (run as root or with sudo), or the same uid as the \
+                     process with kernel.yama.ptrace_scope at 0"
+                )?;
+                if operation.starts_with("process_vm_readv") {
+                    f.write_str(
+                        "; if a seccomp filter denies process_vm_readv, read through \
+                         /proc/<pid>/mem instead (ReadMethod::Auto or ReadMethod::ProcMem)",
+                    )?;
+                }
+                Ok(())
+            }
             Self::ProcessGone { pid } => write!(f, "process {pid} has exited"),
             Self::StillUpdating { pid, attempts } => write!(
                 f,

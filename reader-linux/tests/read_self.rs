@@ -398,3 +398,44 @@ fn errors_say_what_to_do() {
     );
     assert_eq!(denied.kind(), "permission_denied");
 }
+
+#[test]
+fn seccomp_denied_process_vm_readv_falls_back_to_proc_mem() {
+    let mut guard = fixture();
+    let fx = guard.as_mut().unwrap();
+    fx.publish(PAYLOAD_OFFSET, "behind-seccomp", |_| {});
+    // A filter applies to the thread that installs it (no TSYNC): only this thread is
+    // denied process_vm_readv, with EPERM as container runtimes' profiles do.
+    let outcome = std::thread::spawn(|| {
+        let rules = [(libc::SYS_process_vm_readv, vec![])].into_iter().collect();
+        let arch = std::env::consts::ARCH.try_into().unwrap();
+        let filter = seccompiler::SeccompFilter::new(
+            rules,
+            seccompiler::SeccompAction::Allow,
+            seccompiler::SeccompAction::Errno(libc::EPERM as u32),
+            arch,
+        )
+        .unwrap();
+        let program: seccompiler::BpfProgram = filter.try_into().unwrap();
+        seccompiler::apply_filter(&program).unwrap();
+
+        let mut forced = reader(ReadMethod::ProcessVmReadv);
+        let denied = forced.read().unwrap_err();
+        let mut auto = reader(ReadMethod::Auto);
+        let read = auto.read();
+        (denied, read.map(|s| (s, auto.uses_proc_mem())))
+    })
+    .join()
+    .unwrap();
+    let (denied, read) = outcome;
+    assert!(
+        matches!(&denied, Error::PermissionDenied { operation, .. } if operation.starts_with("process_vm_readv")),
+        "{denied:?}"
+    );
+    let (snapshot, uses_proc_mem) = read.unwrap();
+    assert!(
+        uses_proc_mem,
+        "Auto should have switched to /proc/<pid>/mem"
+    );
+    assert_eq!(snapshot.context.service_name(), Some("behind-seccomp"));
+}

@@ -178,7 +178,8 @@ fn watch(pid: u32, duration: Duration) -> Result<(), String> {
     Ok(())
 }
 
-/// Keys whose values differ between two attribute lists, with the new values.
+/// Keys whose values differ between two attribute lists, with the new values (the last
+/// occurrence of each key, as readers take it).
 fn changes(before: &[OwnedKeyValue], after: &[OwnedKeyValue]) -> Vec<String> {
     let find = |list: &[OwnedKeyValue], key: &str| -> Option<OwnedValue> {
         list.iter()
@@ -186,12 +187,10 @@ fn changes(before: &[OwnedKeyValue], after: &[OwnedKeyValue]) -> Vec<String> {
             .find(|kv| kv.key == key)
             .map(|kv| kv.value.clone())
     };
+    let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for kv in after {
-        if out
-            .iter()
-            .any(|c: &String| c.starts_with(&format!("{} ", kv.key)))
-        {
+        if !seen.insert(kv.key.as_str()) {
             continue;
         }
         let new = find(after, &kv.key);
@@ -201,7 +200,7 @@ fn changes(before: &[OwnedKeyValue], after: &[OwnedKeyValue]) -> Vec<String> {
         }
     }
     for kv in before {
-        if find(after, &kv.key).is_none() {
+        if find(after, &kv.key).is_none() && seen.insert(kv.key.as_str()) {
             out.push(format!("{} removed", kv.key));
         }
     }
@@ -420,10 +419,33 @@ fn serve(
             Some(context) => context,
             None => return,
         };
-        if let Some(previous) = previous {
-            drop(previous);
-        }
+        // Nothing else attaches on this thread, so there is no previous context to
+        // restore; dropping it (if any) frees its record.
+        drop(previous);
         // Idle between requests, with no context attached.
         thread::sleep(Duration::from_millis(5 + (n >> 24) % 20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, value: i64) -> OwnedKeyValue {
+        OwnedKeyValue {
+            key: key.to_owned(),
+            value: OwnedValue::Int(value),
+        }
+    }
+
+    #[test]
+    fn changes_lists_new_changed_and_removed_keys_once() {
+        let before = [kv("a", 1), kv("b", 2), kv("gone", 3)];
+        let after = [kv("a", 1), kv("b", 5), kv("b", 6), kv("new", 7)];
+        assert_eq!(
+            changes(&before, &after),
+            ["b = 6", "new = 7", "gone removed"]
+        );
+        assert!(changes(&after, &after).is_empty());
     }
 }

@@ -95,9 +95,13 @@ fn double(out: &mut String, d: f64) {
         } else {
             "\"-Infinity\""
         });
-    } else if d == d.trunc() && d.abs() < 1e15 {
-        // Keep a fractional part so the number reads back as a double.
-        let _ = write!(out, "{d:.1}");
+    } else if d == d.trunc() {
+        // Keep a fraction or an exponent so the number reads back as a double.
+        if d.abs() < 1e15 {
+            let _ = write!(out, "{d:.1}");
+        } else {
+            let _ = write!(out, "{d:e}");
+        }
     } else {
         let _ = write!(out, "{d}");
     }
@@ -176,6 +180,7 @@ mod tests {
                     OwnedValue::Int(i64::MIN),
                     OwnedValue::Double(2.0),
                     OwnedValue::Double(0.25),
+                    OwnedValue::Double(-3e20),
                     OwnedValue::Double(f64::NAN),
                     OwnedValue::Bool(false),
                     OwnedValue::Empty,
@@ -191,7 +196,7 @@ mod tests {
         object(&mut out, &kvs);
         assert_eq!(
             out,
-            r#"{"a\"b": {}, "n": [-9223372036854775808, 2.0, 0.25, "NaN", false, null, {"bytes": "AQID"}]}"#
+            r#"{"a\"b": {}, "n": [-9223372036854775808, 2.0, 0.25, -3e20, "NaN", false, null, {"bytes": "AQID"}]}"#
         );
         let mut s = String::new();
         string(&mut s, "x\ny\u{1}");

@@ -20,12 +20,14 @@ pub fn run(as_json: bool) -> Result<(), String> {
     } else {
         print!("{}", to_text(&result, now));
     }
-    if !result.denied.is_empty() {
-        eprintln!(
-            "otel-ctx: {} processes could not be checked (permission denied reading their \
-             /proc/<pid>/maps); run as root or with CAP_SYS_PTRACE to see them",
-            result.denied.len()
-        );
+    match result.denied.len() {
+        0 => {}
+        n => eprintln!(
+            "otel-ctx: {n} {} could not be checked (permission denied reading /proc/<pid>/maps); \
+             run as root or with CAP_SYS_PTRACE to see {}",
+            if n == 1 { "process" } else { "processes" },
+            if n == 1 { "it" } else { "them" },
+        ),
     }
     Ok(())
 }

@@ -73,11 +73,12 @@ pub fn shorten(s: &str) -> String {
     cut
 }
 
-/// A duration in nanoseconds, as `850ms`, `12.4s`, `5m12s`, `3h04m` or `2d05h`.
+/// A duration in nanoseconds, as `42µs`, `850ms`, `12.4s`, `5m12s`, `3h04m` or `2d05h`.
 pub fn duration(ns: u64) -> String {
     let ms = ns / 1_000_000;
     let s = ns / 1_000_000_000;
     match s {
+        0 if ms == 0 => format!("{}µs", ns / 1000),
         0 => format!("{ms}ms"),
         1..=59 => format!("{}.{}s", s, (ms % 1000) / 100),
         60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
@@ -171,6 +172,7 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(duration(850_000_000), "850ms");
+        assert_eq!(duration(42_000), "42µs");
         assert_eq!(duration(12_400_000_000), "12.4s");
         assert_eq!(duration(312_000_000_000), "5m12s");
         assert_eq!(
