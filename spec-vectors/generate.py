@@ -593,9 +593,13 @@ def protoc_encode(ctx):
         proto, message = "with_unknown_fields.proto", PROCESS_CONTEXT_WITH_UNKNOWN
     else:
         proto, message = "process_context.proto", PROCESS_CONTEXT
-    result = subprocess.run(
-        ["protoc", f"--proto_path={PROTO_DIR}", f"--encode={message}", proto],
-        input=text_ctx(ctx).encode(), capture_output=True, check=False)
+    try:
+        result = subprocess.run(
+            ["protoc", f"--proto_path={PROTO_DIR}", f"--encode={message}", proto],
+            input=text_ctx(ctx).encode(), capture_output=True, check=False)
+    except FileNotFoundError:
+        sys.exit("protoc is not on the PATH; install it (Debian: apt-get install "
+                 "protobuf-compiler)")
     if result.returncode != 0:
         sys.exit(f"protoc --encode failed: {result.stderr.decode(errors='replace')}\n"
                  f"input:\n{text_ctx(ctx)}")
@@ -914,6 +918,22 @@ def payload_vectors():
             # AnyValue { string_value "s", int_value 5 }
             ld(2, kv_bytes("k", av_string("s") + tag(3, 0) + varint(5))),
             ctx=Ctx(attributes=[("k", i(5))]))
+    crafted("bool_value_nonzero_varint_is_true",
+            "A bool_value varint of 2 is true: any non-zero varint is true.",
+            W + "varint",
+            # attributes { key "k", value { 0x10 (field 2, varint) 0x02 } }
+            ld(2, kv_bytes("k", tag(2, 0) + varint(2))),
+            ctx=Ctx(attributes=[("k", bo(True))]))
+    crafted("non_minimal_varints",
+            "Varints with redundant continuation bytes are valid, in lengths and values.",
+            W + "varint",
+            # attributes, length 13 written as 0x8d 0x00 { key: length 1 written as
+            # 0x81 0x80 0x00, "k", value: length 5 as 0x85 0x00 { int_value: 7 written as
+            # 0x87 0x80 0x80 0x00 } }
+            tag(2, 2) + bytes([0x8D, 0x00])
+            + tag(1, 2) + bytes([0x81, 0x80, 0x00]) + b"k"
+            + tag(2, 2) + bytes([0x85, 0x00]) + tag(3, 0) + bytes([0x87, 0x80, 0x80, 0x00]),
+            ctx=Ctx(attributes=[("k", i(7))]))
     crafted("key_value_value_occurs_twice_merges",
             "KeyValue.value twice: protobuf merges the two AnyValue messages, so a later "
             "empty AnyValue keeps the earlier string.",
