@@ -188,19 +188,28 @@ fn process_vm_readv(pid: u32, addr: u64, buf: &mut [u8]) -> Result<(), CopyError
     }
 }
 
-/// Whether `pid` has exited: its `/proc` entry is gone, or it is a zombie.
+/// `PF_EXITING` in the flags of `/proc/<pid>/stat`: the process is tearing itself down
+/// (its memory may already be gone) and is about to become a zombie.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether `pid` has exited: its `/proc` entry is gone, it is a zombie, or it is exiting.
 pub(crate) fn is_gone(pid: u32) -> bool {
-    match std::fs::read(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            // `pid (comm) S ...`: comm may contain anything, so look after the last ')'.
-            let state = stat
-                .iter()
-                .rposition(|&b| b == b')')
-                .and_then(|at| stat.get(at + 2).copied());
-            matches!(state, Some(b'Z' | b'X') | None)
-        }
-        Err(_) => true,
-    }
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // `pid (comm) state ppid pgrp session tty_nr tpgid flags ...`: comm may contain
+    // anything, so the fields are counted from the last ')'.
+    let Some(close) = stat.iter().rposition(|&b| b == b')') else {
+        return true;
+    };
+    let fields = String::from_utf8_lossy(&stat[close + 1..]);
+    let mut fields = fields.split_ascii_whitespace();
+    let state = fields.next();
+    let flags = fields
+        .nth(5)
+        .and_then(|f| f.parse::<u64>().ok())
+        .unwrap_or(0);
+    matches!(state, Some("Z" | "X" | "x") | None) || flags & PF_EXITING != 0
 }
 
 #[cfg(test)]
@@ -245,5 +254,20 @@ mod tests {
     fn own_process_is_alive() {
         assert!(!is_gone(own_pid()));
         assert!(is_gone(u32::MAX));
+    }
+
+    #[test]
+    fn unreaped_child_is_gone() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let started = std::time::Instant::now();
+        while !is_gone(pid) {
+            assert!(started.elapsed().as_secs() < 10, "`true` never exited");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // Still a zombie: its /proc entry exists until it is reaped.
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+        child.wait().unwrap();
+        assert!(is_gone(pid));
     }
 }
