@@ -9,9 +9,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use otel_ctx_codec::header::MAX_PAYLOAD_SIZE;
-use otel_ctx_codec::proto::{
-    AnyValue, DecodeError, KeyValue, Limits, ProcessContext, ProcessContextView,
-};
+use otel_ctx_codec::proto::{AnyValue, DecodeError, KeyValue, Limits, ProcessContext};
 
 use super::value::{Attribute, Attributes, Value};
 use super::Error;
@@ -50,8 +48,9 @@ impl<'v> Level<'v> {
     }
 }
 
-/// Encodes `resource` (field 1) and `attributes` (field 2) into a new heap buffer, and
-/// checks that readers with default [`Limits`] accept it.
+/// Encodes `resource` (field 1) and `attributes` (field 2) into a new heap buffer, after
+/// checking that readers with default [`Limits`] accept them (size, depth and number of
+/// attributes; every string is UTF-8 by construction).
 pub(crate) fn encode_payload(
     resource: &Attributes,
     attributes: &Attributes,
@@ -74,6 +73,17 @@ pub(crate) fn encode_payload(
         }
         levels.push(next);
     }
+    // Readers count every key-value pair and array element, at any depth: exactly the
+    // items of all levels.
+    let count: usize = levels
+        .iter()
+        .map(|l| l.elements.len() + l.entries.len())
+        .sum();
+    if count > limits.max_attributes {
+        return Err(Error::Unreadable(DecodeError::TooManyAttributes {
+            limit: limits.max_attributes,
+        }));
+    }
     let resource_len = resource.len();
     lower(&levels, &mut |_, entries| {
         let (resource, attributes) = entries.split_at(resource_len);
@@ -94,7 +104,6 @@ fn encode_context(context: &ProcessContext<'_>) -> Result<Box<[u8]>, Error> {
     }
     let mut payload = vec![0u8; size].into_boxed_slice();
     context.encode(&mut payload)?;
-    ProcessContextView::decode(&payload, &Limits::default()).map_err(Error::Unreadable)?;
     Ok(payload)
 }
 
@@ -160,7 +169,7 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use otel_ctx_codec::proto::AnyValueView;
+    use otel_ctx_codec::proto::{AnyValueView, ProcessContextView};
 
     fn nested(depth: usize) -> Value {
         let mut value = Value::Array(Vec::new());
@@ -240,11 +249,14 @@ mod tests {
                 ..
             })
         ));
-        let many = Limits::default().max_attributes + 1;
-        let wide = Attributes::new().with("k", Value::Array(vec![Value::Int(0); many]));
-        assert!(matches!(
-            encode_payload(&wide, &Attributes::new()),
-            Err(Error::Unreadable(DecodeError::TooManyAttributes { .. }))
-        ));
+        // The attribute itself counts, as do its elements: `limit - 1` elements fit.
+        let limit = Limits::default().max_attributes;
+        let wide = |n| Attributes::new().with("k", Value::Array(vec![Value::Int(0); n]));
+        let payload = encode_payload(&wide(limit - 1), &Attributes::new()).unwrap();
+        assert!(ProcessContextView::decode(&payload, &Limits::default()).is_ok());
+        assert_eq!(
+            encode_payload(&wide(limit), &Attributes::new()),
+            Err(Error::Unreadable(DecodeError::TooManyAttributes { limit }))
+        );
     }
 }

@@ -225,11 +225,12 @@ pub fn in_child(f: impl FnOnce() -> ChildResult) -> ChildResult {
     }
 }
 
-/// Prints a skipped check's reason, so it is never silent.
+/// Prints a skipped check's reason, so it is never silent: straight to the standard
+/// error stream, which the test harness does not capture.
 pub fn report(name: &str, outcome: ChildOutcome) {
+    use std::io::Write;
     if let ChildOutcome::Skipped(reason) = outcome {
-        println!("SKIPPED {name}: {reason}");
-        eprintln!("SKIPPED {name}: {reason}");
+        let _ = writeln!(std::io::stderr(), "SKIPPED {name}: {reason}");
     }
 }
 
