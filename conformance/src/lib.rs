@@ -9,6 +9,7 @@
 //! - [`text_format`]: enough of protobuf text format to read what `protoc --decode`
 //!   prints, for the cross-check against protoc.
 //! - [`hex`]: the lowercase hex used by the vectors.
+#![warn(missing_docs)]
 
 pub mod header;
 pub mod hex;
