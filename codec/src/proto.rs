@@ -17,8 +17,9 @@
 //! every wire type, length, UTF-8 string, the nesting depth and the number of
 //! attributes against [`Limits`]; the view then hands out iterators that borrow the
 //! payload. Unknown fields are skipped. Groups (wire types 3 and 4, deprecated and never
-//! part of this schema) are refused. A singular field that occurs more than once takes
-//! its last occurrence; `Resource` occurrences are concatenated, as protobuf merges them.
+//! part of this schema) are refused. Fields that occur more than once follow protobuf's
+//! merge rules: the last scalar wins, and occurrences of a message field merge (so
+//! `Resource` attributes and the elements of a repeated `array_value` concatenate).
 
 use core::fmt;
 
@@ -500,14 +501,17 @@ pub struct KeyValueView<'a> {
 impl<'a> KeyValueView<'a> {
     fn from_validated(bytes: &'a [u8]) -> Self {
         let mut key = "";
-        let mut value = AnyValueView::Empty;
         for (f, w) in Fields::new(bytes) {
             match (f, w) {
                 (KV_KEY, Wire::Len(b)) => key = core::str::from_utf8(b).unwrap_or_default(),
-                (KV_VALUE, Wire::Len(b)) => value = AnyValueView::from_validated(b),
                 _ => {}
             }
         }
+        // Every occurrence of `value` merges into one AnyValue.
+        let value = AnyValueView::from_source(AnySource {
+            outer: bytes,
+            field: KV_VALUE,
+        });
         Self { key, value }
     }
 }
@@ -533,10 +537,57 @@ pub enum AnyValueView<'a> {
     KvList(KvListView<'a>),
 }
 
+/// Where an `AnyValue`'s fields are: one message, or every occurrence of field `field`
+/// of an outer message, which protobuf merges into one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AnySource<'a> {
+    outer: &'a [u8],
+    /// 0 when `outer` is the AnyValue itself.
+    field: u32,
+}
+
+impl<'a> AnySource<'a> {
+    const fn single(bytes: &'a [u8]) -> Self {
+        Self {
+            outer: bytes,
+            field: 0,
+        }
+    }
+
+    /// The AnyValue's fields, across all its occurrences, in wire order.
+    fn fields(self) -> impl Iterator<Item = (u32, Wire<'a>)> + Clone + 'a {
+        let field = self.field;
+        let (single, merged) = if field == 0 {
+            (Some(self.outer), None)
+        } else {
+            (None, Some(self.outer))
+        };
+        let occurrences = merged.into_iter().flat_map(move |outer| {
+            Fields::new(outer).filter_map(move |(f, w)| match w {
+                Wire::Len(b) if f == field => Some(b),
+                _ => None,
+            })
+        });
+        single.into_iter().chain(occurrences).flat_map(Fields::new)
+    }
+}
+
 impl<'a> AnyValueView<'a> {
-    fn from_validated(bytes: &'a [u8]) -> Self {
+    /// Applies protobuf's merge rules: the last member of the oneof wins; occurrences of
+    /// the same message member in a row (`array_value`, `kvlist_value`) merge, so their
+    /// elements concatenate.
+    fn from_source(source: AnySource<'a>) -> Self {
         let mut value = Self::Empty;
-        for (f, w) in Fields::new(bytes) {
+        let mut member = 0;
+        let mut run_start = 0;
+        for (index, (f, w)) in source.fields().enumerate() {
+            if !(AV_STRING..=AV_BYTES).contains(&f) {
+                continue;
+            }
+            if f != member {
+                member = f;
+                run_start = index;
+            }
             value = match (f, w) {
                 (AV_STRING, Wire::Len(b)) => {
                     Self::String(core::str::from_utf8(b).unwrap_or_default())
@@ -544,8 +595,14 @@ impl<'a> AnyValueView<'a> {
                 (AV_BOOL, Wire::Varint(v)) => Self::Bool(v != 0),
                 (AV_INT, Wire::Varint(v)) => Self::Int(v as i64),
                 (AV_DOUBLE, Wire::I64(v)) => Self::Double(f64::from_bits(v)),
-                (AV_ARRAY, Wire::Len(b)) => Self::Array(ArrayView { bytes: b }),
-                (AV_KVLIST, Wire::Len(b)) => Self::KvList(KvListView { bytes: b }),
+                (AV_ARRAY, Wire::Len(_)) => Self::Array(ArrayView {
+                    source,
+                    from: run_start,
+                }),
+                (AV_KVLIST, Wire::Len(_)) => Self::KvList(KvListView {
+                    source,
+                    from: run_start,
+                }),
                 (AV_BYTES, Wire::Len(b)) => Self::Bytes(b),
                 _ => continue,
             };
@@ -577,32 +634,55 @@ impl<'a> AnyValueView<'a> {
     }
 }
 
-/// A decoded `ArrayValue`.
+/// A decoded `ArrayValue` (all merged occurrences).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArrayView<'a> {
-    bytes: &'a [u8],
+    source: AnySource<'a>,
+    /// Index, among the AnyValue's fields, of the first `array_value` of the last run.
+    from: usize,
+}
+
+/// The bodies of field `member` in the last run of that oneof member.
+fn member_bodies<'a>(
+    source: AnySource<'a>,
+    from: usize,
+    member: u32,
+) -> impl Iterator<Item = &'a [u8]> + Clone + 'a {
+    source
+        .fields()
+        .skip(from)
+        .filter_map(move |(f, w)| match w {
+            Wire::Len(b) if f == member => Some(b),
+            _ => None,
+        })
 }
 
 impl<'a> ArrayView<'a> {
     /// The elements, in order.
     pub fn iter(&self) -> impl Iterator<Item = AnyValueView<'a>> + Clone + 'a {
-        Fields::new(self.bytes).filter_map(|(f, w)| match (f, w) {
-            (LIST_VALUES, Wire::Len(b)) => Some(AnyValueView::from_validated(b)),
-            _ => None,
+        member_bodies(self.source, self.from, AV_ARRAY).flat_map(|body| {
+            Fields::new(body).filter_map(|(f, w)| match (f, w) {
+                (LIST_VALUES, Wire::Len(b)) => {
+                    Some(AnyValueView::from_source(AnySource::single(b)))
+                }
+                _ => None,
+            })
         })
     }
 }
 
-/// A decoded `KeyValueList`.
+/// A decoded `KeyValueList` (all merged occurrences).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvListView<'a> {
-    bytes: &'a [u8],
+    source: AnySource<'a>,
+    from: usize,
 }
 
 impl<'a> KvListView<'a> {
     /// The entries, in order.
     pub fn iter(&self) -> impl Iterator<Item = KeyValueView<'a>> + Clone + 'a {
-        Fields::new(self.bytes).filter_map(key_value_field(LIST_VALUES))
+        member_bodies(self.source, self.from, AV_KVLIST)
+            .flat_map(|body| Fields::new(body).filter_map(key_value_field(LIST_VALUES)))
     }
 }
 
