@@ -8,6 +8,8 @@ fn main() {
         println!(
             "cargo:rustc-link-arg-bin=otel-ctx=-Wl,--export-dynamic-symbol=otel_thread_ctx_v1"
         );
+        // The thread-reader test fixture publishes thread contexts too.
+        println!("cargo:rustc-link-arg-examples=-Wl,--export-dynamic-symbol=otel_thread_ctx_v1");
     }
     println!("cargo:rerun-if-changed=build.rs");
 }

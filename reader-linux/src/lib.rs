@@ -19,6 +19,8 @@
 //!   between reads, through `process_vm_readv` or `/proc/<pid>/mem`.
 //! - [`OwnedProcessContext`] and [`OwnedValue`]: the decoded payload, owned.
 //! - [`scan`]: every process on the host that publishes a context.
+//! - [`ThreadReader`] and [`tls`]: every thread's context, through the TLS symbol
+//!   `otel_thread_ctx_v1`, in every TLS access model, read while the thread is stopped.
 //! - [`Error`]: one enum whose messages say what to do.
 #![warn(missing_docs)]
 
@@ -27,14 +29,19 @@ pub mod maps;
 mod memory;
 mod reader;
 mod scan;
+mod threads;
+pub mod tls;
 mod value;
 
 pub use error::{Error, Malformed};
 pub use maps::{ContextMapping, MappingKind, MappingName};
-pub use memory::ReadMethod;
+pub use memory::{ProcessMemory, ReadMethod};
 pub use reader::{
     boottime_ns, read_process_context, ProcessContextReader, ReaderOptions, Snapshot,
     DEFAULT_MAX_ATTEMPTS,
 };
 pub use scan::{comm, pids, scan, scan_with, Scan, ScanEntry};
+pub use threads::{
+    OwnedThreadContext, ThreadError, ThreadReader, ThreadReport, DEFAULT_MAX_RECORD_SIZE,
+};
 pub use value::{OwnedKeyValue, OwnedProcessContext, OwnedValue, Threadlocal, THREADLOCAL_KEYS};

@@ -271,3 +271,35 @@ mod tests {
         assert!(is_gone(pid));
     }
 }
+
+/// A process's memory for the TLS resolver and the thread reader: the same copies as the
+/// process-context reader (`process_vm_readv`, falling back to `/proc/<pid>/mem`).
+#[derive(Debug)]
+pub struct ProcessMemory {
+    inner: std::cell::RefCell<Memory>,
+}
+
+impl ProcessMemory {
+    /// The memory of process `pid`, read with `method`.
+    pub fn new(pid: u32, method: ReadMethod) -> Self {
+        Self {
+            inner: std::cell::RefCell::new(Memory::new(pid, method)),
+        }
+    }
+}
+
+impl crate::tls::TargetMemory for ProcessMemory {
+    fn read_exact_at(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.inner
+            .borrow_mut()
+            .read_exact(addr, buf)
+            .map_err(|e| match e {
+                CopyError::Unmapped => io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "address not mapped in the target",
+                ),
+                CopyError::Gone => io::Error::new(io::ErrorKind::NotFound, "the process exited"),
+                CopyError::Os { source, .. } => source,
+            })
+    }
+}

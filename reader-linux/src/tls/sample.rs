@@ -1,0 +1,200 @@
+//! Reading one stopped thread's context: slot, pointer, record header, attrs-data.
+
+use std::fmt;
+
+use otel_ctx_codec::record::{RecordHeader, RECORD_ALIGN, RECORD_HEADER_SIZE};
+
+use super::ptrace::{PtraceError, StoppedThread};
+use super::resolve::{Resolution, TargetMemory, TlsError};
+
+/// What a thread's slot holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// The thread has no TLS block for the module yet (it started before the module
+    /// was loaded and never touched the variable): no context.
+    NoTlsBlock,
+    /// The slot is NULL: no context.
+    Null,
+    /// The slot points at a record whose `valid` is not 1: no context.
+    Invalid {
+        /// The record's address.
+        address: u64,
+        /// Its `valid` byte.
+        valid: u8,
+    },
+    /// A valid record.
+    Record(ThreadRecord),
+}
+
+/// A valid record copied out of the target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadRecord {
+    /// Address of the record in the target.
+    pub address: u64,
+    /// The fixed 28 bytes.
+    pub header: RecordHeader,
+    /// Exactly `attrs_data_size` bytes.
+    pub attrs_data: Vec<u8>,
+}
+
+/// One thread's context as read while it was stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadSample {
+    /// Thread pointer.
+    pub thread_pointer: u64,
+    /// Address of the slot (`None` without a TLS block).
+    pub slot: Option<u64>,
+    /// What the slot held.
+    pub state: SlotState,
+}
+
+/// Why a thread's context could not be read.
+#[derive(Debug)]
+pub enum SampleError {
+    /// Stopping the thread or reading its registers failed.
+    Ptrace(PtraceError),
+    /// Computing the slot address failed.
+    Tls(TlsError),
+    /// The slot points at an address that is not 2-aligned.
+    Misaligned {
+        /// The pointer.
+        address: u64,
+    },
+    /// The record is larger than the reader's bound.
+    RecordTooLarge {
+        /// Its declared size.
+        size: usize,
+        /// The bound.
+        limit: usize,
+    },
+    /// The slot or record could not be copied (unmapped pointer, process gone).
+    Memory {
+        /// What was read.
+        what: &'static str,
+        /// Where.
+        address: u64,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl fmt::Display for SampleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ptrace(e) => e.fmt(f),
+            Self::Tls(e) => e.fmt(f),
+            Self::Misaligned { address } => write!(
+                f,
+                "the slot points at {address:#x}, not {RECORD_ALIGN}-aligned as records must be"
+            ),
+            Self::RecordTooLarge { size, limit } => write!(
+                f,
+                "the record declares {size} bytes, over the {limit}-byte bound of this reader"
+            ),
+            Self::Memory {
+                what,
+                address,
+                source,
+            } => write!(f, "cannot read {what} at {address:#x}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for SampleError {}
+
+impl From<PtraceError> for SampleError {
+    fn from(e: PtraceError) -> Self {
+        Self::Ptrace(e)
+    }
+}
+
+impl From<TlsError> for SampleError {
+    fn from(e: TlsError) -> Self {
+        Self::Tls(e)
+    }
+}
+
+fn read(
+    mem: &dyn TargetMemory,
+    what: &'static str,
+    address: u64,
+    buf: &mut [u8],
+) -> Result<(), SampleError> {
+    mem.read_exact_at(address, buf)
+        .map_err(|source| SampleError::Memory {
+            what,
+            address,
+            source,
+        })
+}
+
+/// Reads the context of `thread`, which is held stopped for the whole read.
+pub fn read_stopped(
+    thread: &StoppedThread,
+    resolution: &Resolution,
+    mem: &dyn TargetMemory,
+    max_record_size: usize,
+) -> Result<ThreadSample, SampleError> {
+    let thread_pointer = thread.thread_pointer()?;
+    let slot = resolution.slot_address(thread_pointer, mem)?;
+    let state = match slot {
+        None => SlotState::NoTlsBlock,
+        Some(slot) => read_slot(slot, mem, max_record_size)?,
+    };
+    Ok(ThreadSample {
+        thread_pointer,
+        slot,
+        state,
+    })
+}
+
+/// Follows the slot at `slot` to its record. The caller keeps the thread stopped.
+pub fn read_slot(
+    slot: u64,
+    mem: &dyn TargetMemory,
+    max_record_size: usize,
+) -> Result<SlotState, SampleError> {
+    let mut word = [0u8; 8];
+    read(mem, "the otel_thread_ctx_v1 slot", slot, &mut word)?;
+    let address = u64::from_ne_bytes(word);
+    if address == 0 {
+        return Ok(SlotState::Null);
+    }
+    if address % RECORD_ALIGN as u64 != 0 {
+        return Err(SampleError::Misaligned { address });
+    }
+    let mut head = [0u8; RECORD_HEADER_SIZE];
+    read(mem, "the record header", address, &mut head)?;
+    let header = RecordHeader::read(&head).map_err(|_| SampleError::Memory {
+        what: "the record header",
+        address,
+        source: std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+    })?;
+    if !header.is_valid() {
+        return Ok(SlotState::Invalid {
+            address,
+            valid: header.valid,
+        });
+    }
+    let size = header.record_size();
+    if size > max_record_size {
+        return Err(SampleError::RecordTooLarge {
+            size,
+            limit: max_record_size,
+        });
+    }
+    let mut attrs_data = vec![0u8; size - RECORD_HEADER_SIZE];
+    if !attrs_data.is_empty() {
+        read(
+            mem,
+            "the record's attrs-data",
+            address.wrapping_add(RECORD_HEADER_SIZE as u64),
+            &mut attrs_data,
+        )?;
+    }
+    Ok(SlotState::Record(ThreadRecord {
+        address,
+        header,
+        attrs_data,
+    }))
+}
