@@ -273,7 +273,7 @@ fn show_a_process_without_context_exits_1() {
     let doc: Value = serde_json::from_slice(&json_out.stdout).unwrap();
     assert_eq!(
         doc,
-        json!({"pid": sleeper.id(), "process_context": null, "threads": []})
+        json!({"pid": sleeper.id(), "process_context": null, "thread_context": null, "threads": []})
     );
 }
 
@@ -372,4 +372,157 @@ fn demo_runs_and_stops_its_service() {
         !std::path::Path::new(&format!("/proc/{service_pid}")).exists(),
         "the demo service {service_pid} is still running"
     );
+}
+
+/// `otel-ctx demo-service`: a process context with a key map, and four workers that
+/// attach a thread context per fake request. Stopped (stdin closed) on drop.
+struct DemoService(Child);
+
+impl DemoService {
+    fn start() -> Self {
+        let child = Command::new(otel_ctx())
+            .arg("demo-service")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Wait until it has published and registered its keys.
+        for _ in 0..100 {
+            let out = run(&["show", &pid.to_string(), "--json"]);
+            if out.status.success() {
+                let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+                if doc["process_context"]["attributes"]["threadlocal.attribute_key_map"].is_array()
+                {
+                    break;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Self(child)
+    }
+}
+
+impl Drop for DemoService {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
+
+const DEMO_ROUTES: [&str; 5] = [
+    "/api/checkout",
+    "/api/cart",
+    "/api/cart/items",
+    "/api/products/:id",
+    "/healthz",
+];
+
+#[test]
+fn show_json_threads() {
+    let service = DemoService::start();
+    let pid = service.0.id();
+    // Workers attach and detach all the time: look until a sample shows contexts.
+    let mut seen_context = false;
+    for _ in 0..50 {
+        let out = run(&["show", &pid.to_string(), "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let tc = &doc["thread_context"];
+        assert_eq!(tc["access_model"], "local-exec", "{tc}");
+        assert_eq!(tc["symbol_table"], "dynsym");
+        assert!(tc["defining_module"]
+            .as_str()
+            .unwrap()
+            .ends_with("otel-ctx"));
+        let threads = doc["threads"].as_array().unwrap();
+        let workers: Vec<&Value> = threads
+            .iter()
+            .filter(|t| t["name"].as_str().unwrap().starts_with("demo-worker-"))
+            .collect();
+        assert_eq!(workers.len(), 4, "{threads:?}");
+        for t in threads {
+            assert!(t["tid"].as_u64().unwrap() > 0);
+            let c = &t["context"];
+            if c.is_null() {
+                continue;
+            }
+            seen_context = true;
+            let trace = c["trace_id"].as_str().unwrap();
+            let span = c["span_id"].as_str().unwrap();
+            assert_eq!(trace.len(), 32, "{c}");
+            assert_eq!(span.len(), 16, "{c}");
+            assert!(trace
+                .chars()
+                .all(|ch| ch.is_ascii_hexdigit() && !ch.is_ascii_uppercase()));
+            assert_eq!(c["trace_flags"], 1);
+            let route = c["attributes"]["http.route"].as_str().unwrap();
+            assert!(DEMO_ROUTES.contains(&route), "{route}");
+            let method = c["attributes"]["http.request.method"].as_str().unwrap();
+            assert!(
+                ["GET", "POST", "PUT", "DELETE"].contains(&method),
+                "{method}"
+            );
+        }
+        if seen_context {
+            break;
+        }
+    }
+    assert!(seen_context, "no worker had a context in 50 looks");
+
+    let out = run(&["show", &pid.to_string()]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("through otel_thread_ctx_v1 in"), "{stdout}");
+    assert!(stdout.contains("local-exec, dynsym"), "{stdout}");
+    assert!(stdout.contains("demo-worker-0"), "{stdout}");
+}
+
+#[test]
+fn watch_counts_samples_per_route() {
+    let service = DemoService::start();
+    let pid = service.0.id().to_string();
+    let out = run(&["watch", &pid, "--duration", "1s", "--hz", "50", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["by"], "http.route");
+    assert_eq!(doc["hz"], 50);
+    let rounds = doc["rounds"].as_u64().unwrap();
+    assert!(
+        (20..=51).contains(&rounds),
+        "{rounds} rounds in 1 s at 50 Hz"
+    );
+    let samples = doc["samples"].as_u64().unwrap();
+    let counts = doc["counts"].as_array().unwrap();
+    let total: u64 = counts.iter().map(|c| c["samples"].as_u64().unwrap()).sum();
+    assert_eq!(total, samples);
+    // Six threads (main, the publisher loop, four workers) per round.
+    assert!(
+        samples >= rounds * 5,
+        "{samples} samples in {rounds} rounds"
+    );
+    let mut routes_seen = 0;
+    for c in counts {
+        let value = c["value"].as_str().unwrap();
+        if DEMO_ROUTES.contains(&value) {
+            routes_seen += 1;
+        } else {
+            assert_eq!(value, "(no context)", "unexpected bucket {value}");
+        }
+    }
+    assert!(routes_seen >= 2, "{counts:?}");
+
+    let out = run(&[
+        "watch",
+        &pid,
+        "--duration",
+        "300ms",
+        "--by",
+        "http.request.method",
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(stdout.contains("HTTP.REQUEST.METHOD"), "{stdout}");
+    assert!(stdout.contains("samples in"), "{stdout}");
+    assert_eq!(run(&["watch", &pid, "--hz", "0"]).status.code(), Some(1));
 }

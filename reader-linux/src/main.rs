@@ -35,6 +35,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Sample every thread's context and count samples per attribute value.
+    Watch {
+        /// The process id.
+        pid: u32,
+        /// Samples per second (every thread is sampled in each round).
+        #[arg(long, default_value_t = 99)]
+        hz: u32,
+        /// How long to sample, such as `10s`; Ctrl-C stops earlier.
+        #[arg(long, default_value = "10s", value_parser = cli::parse_duration)]
+        duration: Duration,
+        /// The attribute whose values group the samples.
+        #[arg(long, default_value = "http.route")]
+        by: String,
+        /// Print one JSON summary at the end instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Start a demo service that publishes contexts, and watch what a reader sees.
     Demo {
         /// How long to run, such as `10s`, `500ms` or `2m`; Ctrl-C stops earlier.
@@ -51,6 +68,13 @@ fn main() -> ExitCode {
     let result = match args.command {
         Command::Ps { json } => cli::ps::run(json),
         Command::Show { pid, json } => cli::show::run(pid, json),
+        Command::Watch {
+            pid,
+            hz,
+            duration,
+            by,
+            json,
+        } => cli::watch::run(pid, hz, duration, &by, json),
         Command::Demo { duration } => cli::demo::run(duration),
         Command::DemoService => cli::demo::service(),
     };

@@ -26,39 +26,17 @@ use otel_ctx_reader::{
 use otel_ctx_writer::process::{global, Resource, Value};
 use otel_ctx_writer::thread::{self as thread_ctx, Key, ThreadContext};
 
-use super::text;
+use super::watch::Sampler;
+use super::{catch_sigint, text, INTERRUPTED};
 
 /// How often the viewer polls the timestamp.
 const POLL: Duration = Duration::from_millis(100);
+/// How often the viewer samples the service's threads (99 Hz, as profilers do).
+const SAMPLE: Duration = Duration::from_micros(10_101);
 /// How long the service has to publish before the viewer gives up.
 const STARTUP: Duration = Duration::from_secs(5);
 /// Changes kept in the live view.
 const HISTORY: usize = 8;
-
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
-
-fn catch_sigint() -> Result<(), String> {
-    // SAFETY: an all-zero `sigaction` is a valid starting value; the handler only stores
-    // to an atomic, which is async-signal-safe; no SA_RESTART, so a sleeping read wakes.
-    let rc = unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_sigint as *const () as libc::sighandler_t;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut())
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "cannot catch Ctrl-C: sigaction failed: {}",
-            std::io::Error::last_os_error()
-        ))
-    }
-}
 
 /// Runs the viewer: starts the service, shows what a reader sees, stops the service.
 pub fn run(duration: Duration) -> Result<(), String> {
@@ -126,6 +104,8 @@ struct View {
     publications: u64,
     history: VecDeque<String>,
     lines_drawn: usize,
+    /// Samples of the service's threads, per `http.route`.
+    sampler: Option<Sampler>,
 }
 
 fn watch(pid: u32, duration: Duration) -> Result<(), String> {
@@ -140,27 +120,38 @@ fn watch(pid: u32, duration: Duration) -> Result<(), String> {
         publications: 0,
         history: VecDeque::new(),
         lines_drawn: 0,
+        sampler: None,
     };
     if !view.tty {
         println!("demo service started: pid {pid}; reading its process context every {POLL:?}");
     }
+    let mut last_poll: Option<Instant> = None;
     while !INTERRUPTED.load(Ordering::Relaxed) && view.started.elapsed() < duration {
-        let last = view
-            .current
-            .as_ref()
-            .map_or(0, |s| s.monotonic_published_at_ns);
-        match reader.read_if_changed(last) {
-            Ok(Some(snapshot)) => view.publish(snapshot),
-            Ok(None) => {}
-            // Not published yet, or caught mid-update: the next poll tells.
-            Err(Error::NoContext { .. } | Error::StillUpdating { .. })
-                if view.current.is_some() || view.started.elapsed() < STARTUP => {}
-            Err(e) => return Err(e.to_string()),
+        if last_poll.is_none_or(|t| t.elapsed() >= POLL) {
+            last_poll = Some(Instant::now());
+            let last = view
+                .current
+                .as_ref()
+                .map_or(0, |s| s.monotonic_published_at_ns);
+            match reader.read_if_changed(last) {
+                Ok(Some(snapshot)) => view.publish(snapshot),
+                Ok(None) => {}
+                // Not published yet, or caught mid-update: the next poll tells.
+                Err(Error::NoContext { .. } | Error::StillUpdating { .. })
+                    if view.current.is_some() || view.started.elapsed() < STARTUP => {}
+                Err(e) => return Err(e.to_string()),
+            }
+            if view.sampler.is_none() && view.current.is_some() {
+                view.sampler = Some(Sampler::open(pid, "http.route")?);
+            }
+            if view.tty {
+                view.redraw();
+            }
         }
-        if view.tty {
-            view.redraw();
+        if let Some(sampler) = view.sampler.as_mut() {
+            sampler.round().map_err(|e| e.to_string())?;
         }
-        thread::sleep(POLL);
+        thread::sleep(SAMPLE);
     }
     if view.tty {
         view.redraw();
@@ -170,10 +161,17 @@ fn watch(pid: u32, duration: Duration) -> Result<(), String> {
     } else {
         "time is up"
     };
+    if let (false, Some(sampler)) = (view.tty, &view.sampler) {
+        println!(
+            "thread samples per http.route, as a profiler reading otel_thread_ctx_v1 sees them"
+        );
+        print!("{}", sampler.table());
+    }
     println!(
-        "{why} after {}: saw {} publications of the process context",
+        "{why} after {}: saw {} publications of the process context, took {} thread samples",
         text::duration(view.started.elapsed().as_nanos() as u64),
-        view.publications
+        view.publications,
+        view.sampler.as_ref().map_or(0, Sampler::samples)
     );
     Ok(())
 }
@@ -277,6 +275,15 @@ impl View {
         out.push_str("\nchanges seen by the reader\n");
         for line in &self.history {
             let _ = writeln!(out, "  {line}");
+        }
+        if let Some(sampler) = &self.sampler {
+            let _ = writeln!(
+                out,
+                "\nthread samples at 99 Hz ({} so far) through {}",
+                sampler.samples(),
+                sampler.heading()
+            );
+            out.push_str(&sampler.table());
         }
         let mut frame = String::new();
         if self.lines_drawn > 0 {

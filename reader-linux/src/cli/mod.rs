@@ -1,5 +1,6 @@
 //! The subcommands of `otel-ctx` and their output.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub mod demo;
@@ -7,6 +8,35 @@ pub mod json;
 pub mod ps;
 pub mod show;
 pub mod text;
+pub mod threads;
+pub mod watch;
+
+/// Set by the Ctrl-C handler of the live views.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// Installs a Ctrl-C handler that sets [`INTERRUPTED`], so live views end cleanly.
+pub fn catch_sigint() -> Result<(), String> {
+    // SAFETY: an all-zero `sigaction` is a valid starting value; the handler only stores
+    // to an atomic, which is async-signal-safe; no SA_RESTART, so a sleeping read wakes.
+    let rc = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigint as *const () as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut())
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "cannot catch Ctrl-C: sigaction failed: {}",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
 
 /// Parses `10s`, `500ms`, `2m`, `1h` or a bare number of seconds.
 pub fn parse_duration(arg: &str) -> Result<Duration, String> {
