@@ -14,7 +14,7 @@ use crate::memory::{ProcessMemory, ReadMethod};
 use crate::reader::ProcessContextReader;
 use crate::tls::{
     loaded_modules, read_stopped, resolve, ElfCache, Libc, LoadedModule, PtraceError, Resolution,
-    SampleError, SlotState, StoppedThread, TlsError,
+    SampleError, SlotState, StoppedThread, ThreadSample, TlsError,
 };
 
 /// Largest record the reader copies by default: any size `attrs_data_size` can declare.
@@ -229,18 +229,27 @@ impl ThreadReader {
         Ok(tids)
     }
 
+    /// Stops thread `tid`, reads its slot and record as they are (a checker wants to see
+    /// a `valid` byte other than 0 or 1), lets it go.
+    pub fn sample_thread(&self, tid: u32) -> Result<ThreadSample, SampleError> {
+        let stopped = StoppedThread::stop(tid)?;
+        read_stopped(
+            &stopped,
+            &self.resolution,
+            &self.memory,
+            self.max_record_size,
+        )
+        // `stopped` is dropped on return: the thread runs on.
+    }
+
+    /// Names the attributes of attrs-data as [`read_thread`](Self::read_thread) does.
+    pub fn attribute_names(&mut self, attrs_data: &[u8]) -> Vec<(String, String)> {
+        self.name_attributes(attrs_data)
+    }
+
     /// Stops thread `tid`, reads its context, lets it go. `Ok(None)`: no context.
     pub fn read_thread(&mut self, tid: u32) -> Result<Option<OwnedThreadContext>, SampleError> {
-        let sample = {
-            let stopped = StoppedThread::stop(tid)?;
-            read_stopped(
-                &stopped,
-                &self.resolution,
-                &self.memory,
-                self.max_record_size,
-            )?
-            // `stopped` is dropped here: the thread runs on.
-        };
+        let sample = self.sample_thread(tid)?;
         let SlotState::Record(record) = sample.state else {
             return Ok(None);
         };
