@@ -126,7 +126,7 @@ pub(crate) fn replace(record: *mut Record) -> *mut Record {
 
 /// The address of this thread's `otel_thread_ctx_v1`, for code that wants to read the
 /// slot the way a reader does (tests, in-process checks).
-#[inline]
+#[inline(always)]
 pub fn tls_slot_address() -> *const *const u8 {
     slot_address() as *const *const u8
 }
@@ -135,7 +135,7 @@ pub fn tls_slot_address() -> *const *const u8 {
 ///
 /// It is what an external reader reads from the slot. Dereferencing it is only sound on
 /// this thread and while the record stays attached.
-#[inline]
+#[inline(always)]
 pub fn attached_record_address() -> *const u8 {
     load() as *const u8
 }

@@ -1,0 +1,139 @@
+//! The slot access compiles to the canonical TLSDESC sequence, with the relocations a
+//! linker needs to keep or relax it: checked in the object file of a sample crate, before
+//! any linking, for x86_64 and (cross-compiled) aarch64.
+
+#[path = "fixtures/build_fixture.rs"]
+mod build_fixture;
+
+use std::path::PathBuf;
+
+use object::{Object, ObjectSection, ObjectSymbol, RelocationFlags, RelocationTarget};
+
+const FUNCTION: &str = "fixture_slot_address";
+const SYMBOL: &str = "otel_thread_ctx_v1";
+
+/// Compiles the `thread-obj` fixture to an object file for `target` and returns its bytes.
+fn object_file(target: &str) -> Vec<u8> {
+    build_fixture::cargo(
+        "thread-obj",
+        "rustc",
+        target,
+        &["--lib", "--", "--emit=obj", "-C", "codegen-units=1"],
+    );
+    let deps = build_fixture::target_dir()
+        .join(target)
+        .join("debug")
+        .join("deps");
+    let newest: PathBuf = std::fs::read_dir(&deps)
+        .unwrap_or_else(|e| panic!("{}: {e}", deps.display()))
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("thread_obj-") && name.ends_with(".o")
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| e.path())
+        .unwrap_or_else(|| panic!("no thread_obj-*.o in {}", deps.display()));
+    std::fs::read(&newest).unwrap_or_else(|e| panic!("{}: {e}", newest.display()))
+}
+
+/// The function's bytes and its relocations as `(offset in function, r_type, symbol)`.
+fn function_with_relocations(
+    data: &[u8],
+) -> (Vec<u8>, Vec<(u64, object::elf::RelocationType, String)>) {
+    let file = object::File::parse(data).expect("object file parses");
+    let function = file
+        .symbols()
+        .find(|s| s.name() == Ok(FUNCTION))
+        .unwrap_or_else(|| panic!("{FUNCTION} not in the object file"));
+    let section = file
+        .section_by_index(function.section_index().expect("defined in a section"))
+        .expect("section exists");
+    let start = function.address() - section.address();
+    let size = function.size();
+    let bytes =
+        section.data().expect("section data")[start as usize..(start + size) as usize].to_vec();
+    let relocations = section
+        .relocations()
+        .filter(|(offset, _)| (start..start + size).contains(offset))
+        .map(|(offset, relocation)| {
+            let RelocationFlags::Elf { r_type } = relocation.flags() else {
+                panic!("not an ELF relocation");
+            };
+            let name = match relocation.target() {
+                RelocationTarget::Symbol(index) => file
+                    .symbol_by_index(index)
+                    .ok()
+                    .and_then(|s| s.name().ok().map(str::to_owned))
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
+            (offset - start, r_type, name)
+        })
+        .collect();
+    (bytes, relocations)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[test]
+fn x86_64_sequence_is_canonical() {
+    let (bytes, relocations) = function_with_relocations(&object_file("x86_64-unknown-linux-gnu"));
+    // lea 0(%rip),%rax ; call *(%rax) ; add %fs:0,%rax — displacement still zero (RELA).
+    let canonical: [u8; 18] = [
+        0x48, 0x8d, 0x05, 0, 0, 0, 0, // leaq otel_thread_ctx_v1@TLSDESC(%rip), %rax
+        0xff, 0x10, // call *otel_thread_ctx_v1@TLSCALL(%rax)
+        0x64, 0x48, 0x03, 0x04, 0x25, 0, 0, 0, 0, // addq %fs:0, %rax
+    ];
+    let at = find(&bytes, &canonical)
+        .unwrap_or_else(|| panic!("canonical TLSDESC sequence not in {bytes:02x?}"))
+        as u64;
+    let tls: Vec<_> = relocations
+        .iter()
+        .filter(|(_, _, name)| name == SYMBOL)
+        .map(|(offset, r_type, _)| (*offset, *r_type))
+        .collect();
+    assert_eq!(
+        tls,
+        vec![
+            (at + 3, object::elf::R_X86_64_GOTPC32_TLSDESC),
+            (at + 7, object::elf::R_X86_64_TLSDESC_CALL),
+        ],
+        "relocations at the access site: {relocations:?}"
+    );
+}
+
+#[test]
+fn aarch64_sequence_is_canonical() {
+    let (bytes, relocations) = function_with_relocations(&object_file("aarch64-unknown-linux-gnu"));
+    let words: [u32; 6] = [
+        0x9000_0000, // adrp x0, :tlsdesc:otel_thread_ctx_v1
+        0xf940_0001, // ldr x1, [x0, #:tlsdesc_lo12:otel_thread_ctx_v1]
+        0x9100_0000, // add x0, x0, #:tlsdesc_lo12:otel_thread_ctx_v1
+        0xd63f_0020, // blr x1 (.tlsdesccall otel_thread_ctx_v1)
+        0xd53b_d041, // mrs x1, tpidr_el0
+        0x8b00_0020, // add x0, x1, x0
+    ];
+    let canonical: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let at = find(&bytes, &canonical)
+        .unwrap_or_else(|| panic!("canonical TLSDESC sequence not in {bytes:02x?}"))
+        as u64;
+    let tls: Vec<_> = relocations
+        .iter()
+        .filter(|(_, _, name)| name == SYMBOL)
+        .map(|(offset, r_type, _)| (*offset, *r_type))
+        .collect();
+    assert_eq!(
+        tls,
+        vec![
+            (at, object::elf::R_AARCH64_TLSDESC_ADR_PAGE21),
+            (at + 4, object::elf::R_AARCH64_TLSDESC_LD64_LO12),
+            (at + 8, object::elf::R_AARCH64_TLSDESC_ADD_LO12),
+            (at + 12, object::elf::R_AARCH64_TLSDESC_CALL),
+        ],
+        "relocations at the access site: {relocations:?}"
+    );
+}
