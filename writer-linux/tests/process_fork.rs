@@ -53,8 +53,8 @@ fn child_sees_no_context_mapping() {
         report(
             "child_sees_no_context_mapping",
             ChildOutcome::Skipped(
-                "MADV_DONTFORK is accepted but not honoured here (qemu-user), so children \
-                 inherit every mapping"
+                "MADV_DONTFORK is accepted but not honoured here (qemu-user ignores it), so \
+                 children inherit every mapping"
                     .to_string(),
             ),
         );
@@ -125,8 +125,8 @@ fn inherited_publisher_is_inert_and_the_child_publishes_its_own() {
             Ok(ChildOutcome::Passed)
         } else {
             Ok(ChildOutcome::Skipped(
-                "MADV_DONTFORK not honoured here (qemu-user): checked that the inherited \
-                 copy was left untouched instead of checking it is absent"
+                "MADV_DONTFORK not honoured here (qemu-user ignores it): checked that the \
+                 inherited copy was left untouched instead of checking it is absent"
                     .to_string(),
             ))
         }
