@@ -500,13 +500,14 @@ pub struct KeyValueView<'a> {
 
 impl<'a> KeyValueView<'a> {
     fn from_validated(bytes: &'a [u8]) -> Self {
-        let mut key = "";
-        for (f, w) in Fields::new(bytes) {
-            match (f, w) {
-                (KV_KEY, Wire::Len(b)) => key = core::str::from_utf8(b).unwrap_or_default(),
-                _ => {}
-            }
-        }
+        // The last occurrence of `key` wins, as for any scalar field.
+        let key = Fields::new(bytes)
+            .filter_map(|(f, w)| match (f, w) {
+                (KV_KEY, Wire::Len(b)) => Some(core::str::from_utf8(b).unwrap_or_default()),
+                _ => None,
+            })
+            .last()
+            .unwrap_or_default();
         // Every occurrence of `value` merges into one AnyValue.
         let value = AnyValueView::from_source(AnySource {
             outer: bytes,
