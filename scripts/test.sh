@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The project's whole test suite: formatting, lints, docs, every crate's tests on
+# x86_64, the cross targets (aarch64 under qemu-user, musl, no_std), and the vectors.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+step() { printf '\n=== %s\n' "$*"; }
+run_tests() { "$@" 2>&1 | tee -a "$log"; }
+
+step "format, lints, docs"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy -p otel-ctx-writer --no-default-features -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
+
+step "no_std codec and cross builds"
+cargo build -q -p otel-ctx-codec --target x86_64-unknown-none
+cargo build -q -p otel-ctx-codec --target aarch64-unknown-linux-gnu
+
+step "spec vectors are up to date"
+python3 spec-vectors/generate.py --check
+
+step "workspace tests (x86_64)"
+run_tests cargo test --workspace
+
+step "codec and process-context writer on aarch64 (qemu-user: no ptrace, no seccomp)"
+run_tests cargo test -p otel-ctx-codec --target aarch64-unknown-linux-gnu
+run_tests cargo test -p otel-ctx-writer --target aarch64-unknown-linux-gnu --test 'process_*'
+
+step "thread-context reader: in-process resolver check on aarch64, and without spare static TLS"
+run_tests cargo test -p otel-ctx-reader --target aarch64-unknown-linux-gnu --test tls_selfcheck
+no_static_tls=GLIBC_TUNABLES=glibc.rtld.optional_static_tls=0
+run_tests env "$no_static_tls" cargo test -p otel-ctx-reader --target aarch64-unknown-linux-gnu --test tls_selfcheck
+run_tests env "$no_static_tls" cargo test -p otel-ctx-reader --test tls_selfcheck
+
+# Sum every test binary's result line into one closing line.
+passed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+failed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+printf '\n%s passed, %s failed\n' "$passed" "$failed"
+[ "$failed" -eq 0 ]
