@@ -24,6 +24,7 @@
 //! - [`Error`]: one enum whose messages say what to do.
 #![warn(missing_docs)]
 
+pub mod check;
 mod error;
 pub mod maps;
 mod memory;

@@ -58,6 +58,25 @@ enum Command {
         #[arg(long, default_value = "10s", value_parser = cli::parse_duration)]
         duration: Duration,
     },
+    /// Check that a process publishes its contexts as the specifications require (rules
+    /// and their references in CHECK.md). Exit status 1 when a rule fails.
+    Check {
+        /// The process id; or give a command after `--` to start, check and stop.
+        #[arg(required_unless_present = "command", conflicts_with = "command")]
+        pid: Option<u32>,
+        /// With a command: how long to wait for its process context to appear.
+        #[arg(long, default_value = "10s", value_parser = cli::parse_duration)]
+        wait: Duration,
+        /// How long to watch updates and sample threads; 0 reads once.
+        #[arg(long, default_value = "1s", value_parser = cli::parse_duration)]
+        observe: Duration,
+        /// Print JSON (format in JSON.md).
+        #[arg(long)]
+        json: bool,
+        /// The program to start and check, with its arguments (after `--`).
+        #[arg(last = true, num_args = 1..)]
+        command: Vec<String>,
+    },
     /// The demo service itself (started by `demo`).
     #[command(hide = true)]
     DemoService,
@@ -77,6 +96,13 @@ fn main() -> ExitCode {
         } => cli::watch::run(pid, hz, duration, &by, json),
         Command::Demo { duration } => cli::demo::run(duration),
         Command::DemoService => cli::demo::service(),
+        Command::Check {
+            pid,
+            wait,
+            observe,
+            json,
+            command,
+        } => cli::check::run(pid, &command, wait, observe, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+pub mod check;
 pub mod demo;
 pub mod json;
 pub mod ps;

@@ -1,0 +1,350 @@
+//! A conformance checker for publishers: runs every rule of [`RuleId`] against a live
+//! process and says, rule by rule, what it saw.
+//!
+//! ```no_run
+//! use otel_ctx_reader::check::{check, CheckOptions, Status};
+//!
+//! let report = check(1234, &CheckOptions::default())?;
+//! for result in &report.results {
+//!     println!("{} {} {}", result.status, result.rule, result.observed);
+//! }
+//! assert_eq!(report.count(Status::Fail), 0);
+//! # Ok::<(), otel_ctx_reader::Error>(())
+//! ```
+//!
+//! The check reads the process as any reader would (maps, `process_vm_readv`, ptrace
+//! stops), but looks further than a reader: it also finds mappings readers would miss
+//! (a name that is almost right, an unnamed mapping that starts with `OTEL_CTX`, an
+//! executable one), judges headers and payloads that readers would refuse, and watches
+//! the process for [`CheckOptions::observe`] to see updates and to sample every thread a
+//! few times. The process is never written to; each thread is stopped only for the few
+//! copies of one sample.
+
+mod process;
+mod rules;
+mod smaps;
+mod thread;
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+use crate::scan::comm;
+
+pub use rules::RuleId;
+
+use process::ProcessSide;
+use thread::ThreadSide;
+
+/// A rule's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// The process follows the rule.
+    Pass,
+    /// Allowed, but not what the specification recommends, or a risk for some readers.
+    Warn,
+    /// The process breaks the rule: readers will miss or misread its contexts.
+    Fail,
+    /// The rule could not apply (for example, no thread had a context attached).
+    Skip,
+}
+
+impl Status {
+    /// `PASS`, `WARN`, `FAIL` or `SKIP`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Pass => "PASS",
+            Self::Warn => "WARN",
+            Self::Fail => "FAIL",
+            Self::Skip => "SKIP",
+        }
+    }
+
+    /// `pass`, `warn`, `fail` or `skip`, as in JSON.
+    pub const fn json_name(self) -> &'static str {
+        match self {
+            Self::Pass => "pass",
+            Self::Warn => "warn",
+            Self::Fail => "fail",
+            Self::Skip => "skip",
+        }
+    }
+
+    /// Order used when a rule is judged several times: the worst verdict stands.
+    const fn severity(self) -> u8 {
+        match self {
+            Self::Skip => 0,
+            Self::Pass => 1,
+            Self::Warn => 2,
+            Self::Fail => 3,
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One rule's outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleResult {
+    /// The rule.
+    pub rule: RuleId,
+    /// The verdict.
+    pub status: Status,
+    /// What the checker saw, such as `version 3` or why the rule was skipped.
+    pub observed: String,
+}
+
+/// The outcome of a check: one result per rule, in [`RuleId::ALL`] order.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The process checked.
+    pub pid: u32,
+    /// Its command name (`/proc/<pid>/comm`), empty if it could not be read.
+    pub comm: String,
+    /// How long the process was watched for updates and thread samples.
+    pub observed_for: Duration,
+    /// One result per rule.
+    pub results: Vec<RuleResult>,
+}
+
+impl Report {
+    /// Number of results with `status`.
+    pub fn count(&self, status: Status) -> usize {
+        self.results.iter().filter(|r| r.status == status).count()
+    }
+
+    /// Whether no rule failed.
+    pub fn passed(&self) -> bool {
+        self.count(Status::Fail) == 0
+    }
+
+    /// The result of `rule`.
+    pub fn result(&self, rule: RuleId) -> Option<&RuleResult> {
+        self.results.iter().find(|r| r.rule == rule)
+    }
+}
+
+/// How a check runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckOptions {
+    /// How long to watch the process after the first read: updates of the process
+    /// context are followed, and every thread is sampled several times. Zero reads once
+    /// and samples every thread once; the rules about updates are then skipped.
+    pub observe: Duration,
+    /// Times every thread is sampled over the window (at least 1).
+    pub thread_rounds: u32,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        Self {
+            observe: Duration::from_secs(1),
+            thread_rounds: DEFAULT_THREAD_ROUNDS,
+        }
+    }
+}
+
+/// Thread sampling rounds over the window by default.
+pub const DEFAULT_THREAD_ROUNDS: u32 = 10;
+
+/// Pause between two reads of the header while watching: short enough to see each step
+/// of a writer that updates every few milliseconds.
+const POLL: Duration = Duration::from_millis(2);
+
+/// Verdicts collected while checking; a rule judged again keeps its worst verdict.
+#[derive(Debug)]
+struct Verdicts {
+    results: Vec<Option<(Status, String)>>,
+}
+
+impl Verdicts {
+    fn new() -> Self {
+        Self {
+            results: vec![None; RuleId::ALL.len()],
+        }
+    }
+
+    /// Records a verdict unless the rule already has a worse (or equally bad) one.
+    fn set(&mut self, rule: RuleId, status: Status, observed: impl Into<String>) {
+        let slot = &mut self.results[rule.index()];
+        if slot
+            .as_ref()
+            .is_none_or(|(old, _)| status.severity() > old.severity())
+        {
+            *slot = Some((status, observed.into()));
+        }
+    }
+
+    fn pass(&mut self, rule: RuleId, observed: impl Into<String>) {
+        self.set(rule, Status::Pass, observed);
+    }
+
+    fn warn(&mut self, rule: RuleId, observed: impl Into<String>) {
+        self.set(rule, Status::Warn, observed);
+    }
+
+    fn fail(&mut self, rule: RuleId, observed: impl Into<String>) {
+        self.set(rule, Status::Fail, observed);
+    }
+
+    fn skip(&mut self, rule: RuleId, observed: impl Into<String>) {
+        self.set(rule, Status::Skip, observed);
+    }
+
+    /// Skips every rule in `rules` that has no verdict yet.
+    fn skip_unset(&mut self, rules: &[RuleId], observed: &str) {
+        for &rule in rules {
+            if self.results[rule.index()].is_none() {
+                self.skip(rule, observed);
+            }
+        }
+    }
+
+    fn into_results(self) -> Vec<RuleResult> {
+        RuleId::ALL
+            .into_iter()
+            .zip(self.results)
+            .map(|(rule, verdict)| {
+                // Every path of the check judges every rule; this only guards the report's
+                // shape should a path forget one.
+                let (status, observed) = verdict
+                    .unwrap_or_else(|| (Status::Skip, "not judged by this check".to_owned()));
+                RuleResult {
+                    rule,
+                    status,
+                    observed,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Checks process `pid`: reads its process context and thread contexts, watches it for
+/// [`CheckOptions::observe`], and judges every rule.
+///
+/// Fails only when the process cannot be inspected at all: it exited (before or during
+/// the check), or reading its maps or memory is not permitted. Everything the process
+/// itself does wrong is a [`Status::Fail`] in the report.
+pub fn check(pid: u32, options: &CheckOptions) -> Result<Report, Error> {
+    let started = Instant::now();
+    let mut verdicts = Verdicts::new();
+    let mut process = ProcessSide::open(pid)?;
+    process.first_read()?;
+    let mut threads = ThreadSide::open(pid)?;
+
+    let rounds = options.thread_rounds.max(1);
+    let window_start = Instant::now();
+    let deadline = window_start + options.observe;
+    let mut next_round = 0u32;
+    loop {
+        let now = Instant::now();
+        // Rounds are spread evenly: the first at once, the last at the window's end.
+        let due = if rounds == 1 {
+            Duration::ZERO
+        } else {
+            options.observe / (rounds - 1) * next_round
+        };
+        if next_round < rounds && now >= window_start + due {
+            threads.sample_round(&mut |refresh| process.key_map_len(refresh))?;
+            next_round += 1;
+            continue;
+        }
+        if now >= deadline && next_round >= rounds {
+            break;
+        }
+        std::thread::sleep(POLL);
+        if !options.observe.is_zero() {
+            process.poll()?;
+        }
+    }
+    let observed_for = window_start.elapsed();
+
+    process.judge(&mut verdicts, options.observe);
+    threads.judge(&mut verdicts, process.summary());
+    let results = verdicts.into_results();
+    debug_assert!(started.elapsed() >= observed_for);
+    Ok(Report {
+        pid,
+        comm: comm(pid).unwrap_or_default(),
+        observed_for,
+        results,
+    })
+}
+
+/// Waits until process `pid` has a mapping that may hold a process context (any mapping
+/// [`check`] would examine), for at most `timeout`. `keep_waiting` is asked between
+/// looks (for example whether a started program is still running); waiting stops when it
+/// says no. Returns whether such a mapping appeared.
+pub fn wait_for_context(
+    pid: u32,
+    timeout: Duration,
+    keep_waiting: &mut dyn FnMut() -> bool,
+) -> Result<bool, Error> {
+    const LOOK_EVERY: Duration = Duration::from_millis(20);
+    let deadline = Instant::now() + timeout;
+    let mut side = ProcessSide::open(pid)?;
+    loop {
+        if side.has_candidates()? {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline || !keep_waiting() {
+            return Ok(false);
+        }
+        std::thread::sleep(LOOK_EVERY);
+    }
+}
+
+/// `1 unit` or `n units`; in `record with attributes`, the part before `with` takes the
+/// plural.
+fn plural(n: usize, unit: &str) -> String {
+    if n == 1 {
+        return format!("1 {unit}");
+    }
+    match unit.split_once(" with ") {
+        Some((noun, rest)) => format!("{n} {noun}s with {rest}"),
+        None => format!("{n} {unit}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worst_verdict_stands() {
+        let mut v = Verdicts::new();
+        v.pass(RuleId::PcFound, "first pass");
+        v.pass(RuleId::PcFound, "second pass");
+        v.skip(RuleId::PcFound, "skip");
+        v.fail(RuleId::PcMappingName, "fail");
+        v.warn(RuleId::PcMappingName, "warn");
+        v.warn(RuleId::PcMappingSingle, "warn");
+        v.fail(RuleId::PcMappingSingle, "fail");
+        v.skip_unset(&[RuleId::PcFound, RuleId::TcRecordIds], "nothing");
+        let results = v.into_results();
+        assert_eq!(results.len(), RuleId::ALL.len());
+        let get = |rule: RuleId| &results[rule.index()];
+        assert_eq!(get(RuleId::PcFound).status, Status::Pass);
+        assert_eq!(get(RuleId::PcFound).observed, "first pass");
+        assert_eq!(get(RuleId::PcMappingName).status, Status::Fail);
+        assert_eq!(get(RuleId::PcMappingSingle).observed, "fail");
+        assert_eq!(get(RuleId::TcRecordIds).status, Status::Skip);
+        assert_eq!(get(RuleId::TcRecordIds).observed, "nothing");
+    }
+
+    #[test]
+    fn plurals() {
+        assert_eq!(plural(1, "thread"), "1 thread");
+        assert_eq!(plural(0, "thread"), "0 threads");
+        assert_eq!(plural(3, "sample"), "3 samples");
+        assert_eq!(plural(2, "resource attribute"), "2 resource attributes");
+        assert_eq!(
+            plural(2, "record with attributes"),
+            "2 records with attributes"
+        );
+    }
+}
