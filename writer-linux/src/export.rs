@@ -51,7 +51,8 @@ pub fn export_tls_symbol() {
 #[derive(Clone, Debug)]
 pub struct Export {
     executables: bool,
-    cdylib: bool,
+    /// `None`: when the package's manifest declares a `cdylib`.
+    cdylib: Option<bool>,
     bundled_lld: bool,
 }
 
@@ -62,11 +63,12 @@ impl Default for Export {
 }
 
 impl Export {
-    /// Executables and `cdylib`s, with the toolchain's `rust-lld` where GNU ld cannot do it.
+    /// Executables, and the `cdylib` if the package's `Cargo.toml` declares one, with the
+    /// toolchain's `rust-lld` where GNU ld cannot do it.
     pub fn new() -> Self {
         Self {
             executables: true,
-            cdylib: true,
+            cdylib: None,
             bundled_lld: true,
         }
     }
@@ -77,9 +79,10 @@ impl Export {
         self
     }
 
-    /// Whether to export from `cdylib`s (through a version script).
+    /// Whether to export from a `cdylib` (through a version script); by default, when the
+    /// package's `Cargo.toml` mentions `cdylib`.
     pub fn cdylib(mut self, yes: bool) -> Self {
-        self.cdylib = yes;
+        self.cdylib = Some(yes);
         self
     }
 
@@ -111,21 +114,20 @@ impl Export {
             None
         };
         if self.executables {
-            let static_pie = is_static_target();
-            for kind in ["bins", "tests", "benches", "examples"] {
-                lines.push(std::format!(
-                    "cargo:rustc-link-arg-{kind}=-Wl,--export-dynamic-symbol={TLS_SYMBOL}"
-                ));
-                if static_pie {
-                    if let Some(args) = &lld {
-                        for arg in args {
-                            lines.push(std::format!("cargo:rustc-link-arg-{kind}={arg}"));
-                        }
+            // `rustc-link-arg` reaches every binary of the package (bins, tests, benches,
+            // examples) and also a `cdylib`, where the flag changes nothing.
+            lines.push(std::format!(
+                "cargo:rustc-link-arg=-Wl,--export-dynamic-symbol={TLS_SYMBOL}"
+            ));
+            if is_static_target() {
+                if let Some(args) = &lld {
+                    for arg in args {
+                        lines.push(std::format!("cargo:rustc-link-arg={arg}"));
                     }
                 }
             }
         }
-        if self.cdylib {
+        if self.cdylib.unwrap_or_else(declares_cdylib) {
             let script = write_version_script();
             lines.push(std::format!(
                 "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
@@ -138,15 +140,30 @@ impl Export {
             }
         }
         lines.push(String::from("cargo:rerun-if-env-changed=RUSTC"));
+        lines.push(String::from("cargo:rerun-if-changed=Cargo.toml"));
         lines
     }
 }
 
-/// Whether the target links static executables (musl's default, or `+crt-static`).
+/// Whether the package being built declares a `cdylib` (cargo warns about cdylib link
+/// arguments in a package without one).
+fn declares_cdylib() -> bool {
+    env::var_os("CARGO_MANIFEST_DIR")
+        .map(|dir| PathBuf::from(dir).join("Cargo.toml"))
+        .and_then(|manifest| fs::read_to_string(manifest).ok())
+        .is_some_and(|text| text.contains("cdylib"))
+}
+
+/// Whether the target links static executables: `+crt-static`, or musl (static unless
+/// `-crt-static` is in the flags; cargo leaves `crt-static` out of
+/// `CARGO_CFG_TARGET_FEATURE` for musl targets).
 fn is_static_target() -> bool {
-    env::var("CARGO_CFG_TARGET_FEATURE")
-        .map(|features| features.split(',').any(|f| f == "crt-static"))
-        .unwrap_or(false)
+    let features = env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
+    if features.split(',').any(|f| f == "crt-static") {
+        return true;
+    }
+    let flags = env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("musl") && !flags.contains("-crt-static")
 }
 
 /// `-B <dir of the toolchain's ld.lld wrapper>` and `-fuse-ld=lld`, if the toolchain has
