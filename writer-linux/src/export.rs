@@ -11,10 +11,8 @@
 //! ```
 //!
 //! ```no_run
-//! // build.rs
-//! fn main() {
-//!     otel_ctx_writer::export::export_tls_symbol();
-//! }
+//! // in build.rs, fn main():
+//! otel_ctx_writer::export::export_tls_symbol();
 //! ```
 //!
 //! What it asks of the linker, and why, is in `EXPORTING.md` beside this crate's

@@ -201,11 +201,11 @@ fn every_valid_record_seen_by_a_signal_handler_is_consistent() {
                 .is_ok()
                 {
                     let _ = thread::append(EXTRA_KEY, extra_value(c, &mut buf));
-                    if c % 4 == 0 {
+                    if c.is_multiple_of(4) {
                         thread::truncate_attrs(1).unwrap();
                     }
                 }
-                if c % 256 == 0 {
+                if c.is_multiple_of(256) {
                     // Swap: the spare (holding an older, consistent record) goes in.
                     spare = spare.take().unwrap().attach();
                 }

@@ -36,8 +36,8 @@ const PREFIX: usize = 64;
 const BLOCK_ALIGN: usize = 64;
 
 const _: () = {
-    assert!(PREFIX % BLOCK_ALIGN == 0);
-    assert!(ATTRS_DATA_SIZE_OFFSET % 2 == 0);
+    assert!(PREFIX.is_multiple_of(BLOCK_ALIGN));
+    assert!(ATTRS_DATA_SIZE_OFFSET.is_multiple_of(2));
     assert!(MAX_RECORD_SIZE <= u16::MAX as usize);
 };
 
