@@ -168,13 +168,19 @@ impl Verdicts {
         }
     }
 
-    /// Records a verdict unless the rule already has a worse (or equally bad) one.
+    /// Records a verdict unless the rule already has a worse one. Of equal verdicts, a
+    /// FAIL or WARN keeps the first observation (the first counter-example), a PASS or
+    /// SKIP takes the latest (what the process looks like now).
     fn set(&mut self, rule: RuleId, status: Status, observed: impl Into<String>) {
         let slot = &mut self.results[rule.index()];
-        if slot
-            .as_ref()
-            .is_none_or(|(old, _)| status.severity() > old.severity())
-        {
+        let replace = match slot {
+            None => true,
+            Some((old, _)) if status.severity() == old.severity() => {
+                matches!(status, Status::Pass | Status::Skip)
+            }
+            Some((old, _)) => status.severity() > old.severity(),
+        };
+        if replace {
             *slot = Some((status, observed.into()));
         }
     }
@@ -298,16 +304,18 @@ pub fn wait_for_context(
     }
 }
 
-/// `1 unit` or `n units`; in `record with attributes`, the part before `with` takes the
-/// plural.
+/// `1 unit` or `n units`; in `record with attributes` or `record without ids`, the
+/// noun before `with` or `without` takes the plural.
 fn plural(n: usize, unit: &str) -> String {
     if n == 1 {
         return format!("1 {unit}");
     }
-    match unit.split_once(" with ") {
-        Some((noun, rest)) => format!("{n} {noun}s with {rest}"),
-        None => format!("{n} {unit}s"),
+    for joint in [" with ", " without "] {
+        if let Some((noun, rest)) = unit.split_once(joint) {
+            return format!("{n} {noun}s{joint}{rest}");
+        }
     }
+    format!("{n} {unit}s")
 }
 
 #[cfg(test)]
@@ -320,8 +328,9 @@ mod tests {
         v.pass(RuleId::PcFound, "first pass");
         v.pass(RuleId::PcFound, "second pass");
         v.skip(RuleId::PcFound, "skip");
-        v.fail(RuleId::PcMappingName, "fail");
+        v.fail(RuleId::PcMappingName, "first fail");
         v.warn(RuleId::PcMappingName, "warn");
+        v.fail(RuleId::PcMappingName, "second fail");
         v.warn(RuleId::PcMappingSingle, "warn");
         v.fail(RuleId::PcMappingSingle, "fail");
         v.skip_unset(&[RuleId::PcFound, RuleId::TcRecordIds], "nothing");
@@ -329,8 +338,9 @@ mod tests {
         assert_eq!(results.len(), RuleId::ALL.len());
         let get = |rule: RuleId| &results[rule.index()];
         assert_eq!(get(RuleId::PcFound).status, Status::Pass);
-        assert_eq!(get(RuleId::PcFound).observed, "first pass");
+        assert_eq!(get(RuleId::PcFound).observed, "second pass");
         assert_eq!(get(RuleId::PcMappingName).status, Status::Fail);
+        assert_eq!(get(RuleId::PcMappingName).observed, "first fail");
         assert_eq!(get(RuleId::PcMappingSingle).observed, "fail");
         assert_eq!(get(RuleId::TcRecordIds).status, Status::Skip);
         assert_eq!(get(RuleId::TcRecordIds).observed, "nothing");
@@ -342,6 +352,7 @@ mod tests {
         assert_eq!(plural(0, "thread"), "0 threads");
         assert_eq!(plural(3, "sample"), "3 samples");
         assert_eq!(plural(2, "resource attribute"), "2 resource attributes");
+        assert_eq!(plural(2, "record without ids"), "2 records without ids");
         assert_eq!(
             plural(2, "record with attributes"),
             "2 records with attributes"

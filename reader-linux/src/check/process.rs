@@ -956,8 +956,8 @@ fn judge_content(view: &ProcessContextView<'_>, v: &mut Verdicts) -> Content {
         Some(other) => v.warn(
             RuleId::PcResourceServiceName,
             format!(
-                "a {} value; semantic conventions make it a string",
-                other.type_name()
+                "{} value; semantic conventions make it a string",
+                a_type(other.type_name())
             ),
         ),
         None => v.warn(
@@ -1027,7 +1027,7 @@ fn judge_content(view: &ProcessContextView<'_>, v: &mut Verdicts) -> Content {
         Some(other) => {
             v.fail(
                 RuleId::TlSchemaVersion,
-                format!("a {} value, not a string", other.type_name()),
+                format!("{} value, not a string", a_type(other.type_name())),
             );
             Presence::Invalid
         }
@@ -1059,12 +1059,25 @@ fn judge_content(view: &ProcessContextView<'_>, v: &mut Verdicts) -> Content {
         Some(other) => {
             v.fail(
                 RuleId::TlKeyMapShape,
-                format!("a {} value, not an array of strings", other.type_name()),
+                format!(
+                    "{} value, not an array of strings",
+                    a_type(other.type_name())
+                ),
             );
             Presence::Invalid
         }
     };
     Content { schema, key_map }
+}
+
+/// `a string`, `an int`: the article for a protobuf value type name.
+fn a_type(type_name: &str) -> String {
+    let article = if type_name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {type_name}")
 }
 
 /// `Ok` when `after` keeps every name of `before` at its index; otherwise what changed.
@@ -1285,7 +1298,7 @@ mod tests {
         };
         assert!(fail(RuleId::PcResourceUniqueKeys).contains("host.name"));
         assert!(fail(RuleId::TlKeysPlacement).contains("threadlocal.schema_version"));
-        assert!(fail(RuleId::TlSchemaVersion).contains("int"));
+        assert!(fail(RuleId::TlSchemaVersion).contains("an int value"));
         assert!(fail(RuleId::TlKeyMapShape).contains("string"));
         assert_eq!(verdict(&v, RuleId::PcResourceServiceName).0, Status::Warn);
         assert_eq!(content.schema, Presence::Invalid);

@@ -1,0 +1,464 @@
+//! `otel-ctx check` against deliberately broken writers: a C program
+//! (`reader-linux/tests/fixtures/check/writer.c`) whose options each break one rule, built
+//! in several variants of its TLS slot. Every rule that can fail is made to fail by some
+//! case, and each case must fail exactly the rules it breaks; the same program without
+//! defects, its slot in a TLSDESC library, must pass.
+//!
+//! The checker stops threads with ptrace and compiles nothing itself: the tests need gcc
+//! (x86_64 only, like the other ptrace tests).
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use otel_ctx_reader::check::RuleId;
+use serde_json::Value;
+
+const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../reader-linux/tests/fixtures/check"
+);
+
+/// The `otel-ctx` binary, built through cargo (it belongs to another package).
+fn otel_ctx() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let out = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "otel-ctx-reader",
+                "--bin",
+                "otel-ctx",
+                "--message-format=json",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cannot run cargo");
+        assert!(out.status.success(), "building otel-ctx failed");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
+            .expect("cargo named no otel-ctx executable")
+    })
+}
+
+/// The fixture's build variants: where `otel_thread_ctx_v1` comes from.
+#[derive(Clone, Copy, Debug)]
+enum Build {
+    /// A `__thread` pointer in the executable, exported in `.dynsym`.
+    Exported,
+    /// No such symbol.
+    NoSlot,
+    /// An ordinary 16-byte global.
+    NotTls,
+    /// A static `__thread` variable (LOCAL, `.symtab` only).
+    Static,
+    /// In a shared library reached through TLSDESC.
+    TlsDescLibrary,
+    /// In a shared library reached only through the local-dynamic model.
+    LocalDynamicLibrary,
+}
+
+fn compile(out: &Path, args: &[&str]) {
+    let status = Command::new("gcc")
+        .args(["-O1", "-Wall", "-pthread"])
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .unwrap_or_else(|e| panic!("run gcc: {e} (install gcc)"));
+    assert!(status.success(), "gcc {args:?} failed");
+}
+
+/// Builds every variant once; returns the directory holding them.
+fn fixtures() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("check-fixtures");
+        std::fs::create_dir_all(&dir).expect("fixture dir");
+        let writer = format!("{FIXTURES}/writer.c");
+        let slot = format!("{FIXTURES}/slot.c");
+        let export = "-Wl,--export-dynamic-symbol=otel_thread_ctx_v1";
+        let path = |name: &str| dir.join(name).to_str().expect("utf-8 path").to_owned();
+        let rpath = format!("-Wl,-rpath,{}", dir.display());
+        compile(&dir.join("writer"), &[&writer, export]);
+        compile(&dir.join("writer-no-slot"), &["-DNO_SLOT", &writer]);
+        compile(
+            &dir.join("writer-not-tls"),
+            &["-DSLOT_NOT_TLS", &writer, export],
+        );
+        compile(&dir.join("writer-static"), &["-DSLOT_STATIC", &writer]);
+        compile(
+            &dir.join("libslot-desc.so"),
+            &["-shared", "-fPIC", "-mtls-dialect=gnu2", &slot],
+        );
+        compile(
+            &dir.join("libslot-ld.so"),
+            &[
+                "-shared",
+                "-fPIC",
+                "-ftls-model=local-dynamic",
+                "-DLOCAL_DYNAMIC",
+                &slot,
+            ],
+        );
+        for (exe, lib) in [
+            ("writer-desc", "libslot-desc.so"),
+            ("writer-ld", "libslot-ld.so"),
+        ] {
+            compile(
+                &dir.join(exe),
+                &["-DSLOT_LIBRARY", &writer, &path(lib), &rpath],
+            );
+        }
+        dir
+    })
+}
+
+fn executable(build: Build) -> PathBuf {
+    fixtures().join(match build {
+        Build::Exported => "writer",
+        Build::NoSlot => "writer-no-slot",
+        Build::NotTls => "writer-not-tls",
+        Build::Static => "writer-static",
+        Build::TlsDescLibrary => "writer-desc",
+        Build::LocalDynamicLibrary => "writer-ld",
+    })
+}
+
+/// Runs `otel-ctx check --json -- <fixture> <args>`; returns the document and exit code.
+fn check(build: Build, args: &[&str]) -> (Value, i32) {
+    let out = Command::new(otel_ctx())
+        .args([
+            "check",
+            "--json",
+            "--wait",
+            "5s",
+            "--observe",
+            "300ms",
+            "--",
+        ])
+        .arg(executable(build))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run otel-ctx check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "{build:?} {args:?}: not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (doc, out.status.code().unwrap_or(-1))
+}
+
+fn with_status<'a>(doc: &'a Value, status: &str) -> BTreeSet<&'a str> {
+    doc["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter(|r| r["status"] == status)
+        .map(|r| r["id"].as_str().expect("id"))
+        .collect()
+}
+
+fn observed<'a>(doc: &'a Value, id: &str) -> &'a str {
+    doc["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|r| r["id"] == id)
+        .and_then(|r| r["observed"].as_str())
+        .unwrap_or_else(|| panic!("no result {id}"))
+}
+
+/// Asserts that exactly `fails` fail (and that each `warns` warns); returns the document.
+fn expect(build: Build, args: &[&str], fails: &[&str], warns: &[&str]) -> Value {
+    let (doc, code) = check(build, args);
+    let failed = with_status(&doc, "fail");
+    let expected: BTreeSet<&str> = fails.iter().copied().collect();
+    let details: Vec<String> = doc["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter(|r| r["status"] != "pass")
+        .map(|r| format!("{} {}: {}", r["status"], r["id"], r["observed"]))
+        .collect();
+    assert_eq!(
+        failed,
+        expected,
+        "{build:?} {args:?}: rules failing\n{}",
+        details.join("\n")
+    );
+    let warned = with_status(&doc, "warn");
+    for warn in warns {
+        assert!(
+            warned.contains(warn),
+            "{build:?} {args:?}: {warn} should warn\n{}",
+            details.join("\n")
+        );
+    }
+    assert_eq!(code, if fails.is_empty() { 0 } else { 1 }, "exit status");
+    doc
+}
+
+/// The cases, with the rules each must fail: together they fail every rule that can fail.
+const CASES: &[(Build, &[&str], &[&str])] = &[
+    (Build::NoSlot, &["--none"], &["pc.found"]),
+    (
+        Build::Exported,
+        &["--name", "otel_ctx"],
+        &["pc.mapping.name"],
+    ),
+    (
+        Build::Exported,
+        &["--anon", "--no-prctl"],
+        &["pc.mapping.name"],
+    ),
+    (
+        Build::Exported,
+        &["--signature", "OTEL_XXX", "--version", "3"],
+        &["pc.header.signature", "pc.header.version"],
+    ),
+    (
+        Build::Exported,
+        &["--exec", "--shared", "--no-dontfork"],
+        &[
+            "pc.mapping.not_executable",
+            "pc.mapping.private",
+            "pc.mapping.dontfork",
+        ],
+    ),
+    (
+        Build::Exported,
+        &["--twice", "--no-service-name"],
+        &["pc.mapping.single"],
+    ),
+    (
+        Build::Exported,
+        &["--timestamp", "future"],
+        &["pc.header.timestamp"],
+    ),
+    (
+        Build::Exported,
+        &["--timestamp", "zero"],
+        &["pc.header.timestamp"],
+    ),
+    (
+        Build::Exported,
+        &["--timestamp", "early"],
+        &["pc.header.timestamp"],
+    ),
+    (
+        Build::Exported,
+        &["--payload-size", "0"],
+        &["pc.header.payload_size"],
+    ),
+    (Build::Exported, &["--garbage"], &["pc.payload.decodes"]),
+    (
+        Build::NoSlot,
+        &["--dup-key", "--tl-in-resource"],
+        &["pc.resource.unique_keys", "tl.keys.placement"],
+    ),
+    (
+        Build::Exported,
+        &["--update-every", "20", "--backwards"],
+        &["pc.update.timestamp_increases"],
+    ),
+    (
+        Build::Exported,
+        &["--update-every", "20", "--same-timestamp"],
+        &["pc.update.timestamp_increases"],
+    ),
+    (
+        Build::Exported,
+        &["--update-every", "20", "--shrink", "--keys", "3"],
+        &["tl.key_map.append_only"],
+    ),
+    (
+        Build::Exported,
+        &["--schema-int", "--keys", "300"],
+        &["tl.schema_version", "tl.key_map.shape"],
+    ),
+    (
+        Build::Exported,
+        &["--schema", "tls_v9", "--key-map-int"],
+        &["tl.key_map.shape"],
+    ),
+    (
+        Build::Exported,
+        &["--no-reference-data"],
+        &["tl.reference_data"],
+    ),
+    (Build::NoSlot, &[], &["tc.symbol.dynsym"]),
+    (Build::NotTls, &[], &["tc.symbol.type", "tc.symbol.size"]),
+    (Build::Static, &["--record", "good"], &["tc.symbol.binding"]),
+    (
+        Build::LocalDynamicLibrary,
+        &["--record", "good"],
+        &["tc.access_model"],
+    ),
+    (
+        Build::Exported,
+        &[
+            "--record",
+            "valid2",
+            "--record",
+            "misaligned",
+            "--record",
+            "incomplete",
+            "--record",
+            "key-index",
+            "--record",
+            "utf8",
+            "--record",
+            "one-id",
+            "--record",
+            "flags-no-ids",
+            "--record",
+            "unmapped",
+            "--record",
+            "large",
+            "--record",
+            "good",
+            "--record",
+            "invalid0",
+        ],
+        &[
+            "tc.record.readable",
+            "tc.record.aligned",
+            "tc.record.valid",
+            "tc.attrs.complete",
+            "tc.attrs.key_index",
+            "tc.attrs.utf8",
+            "tc.record.ids",
+            "tc.record.trace_flags",
+        ],
+    ),
+];
+
+/// Warnings some cases must also give.
+fn warns_of(args: &[&str], build: Build) -> Vec<&'static str> {
+    let mut warns = Vec::new();
+    if args.contains(&"--no-service-name") {
+        warns.push("pc.resource.service_name");
+    }
+    if args.contains(&"tls_v9") {
+        warns.push("tl.schema_version");
+    }
+    if args.contains(&"large") {
+        warns.push("tc.record.size");
+    }
+    if matches!(build, Build::Static) {
+        warns.push("tc.symbol.dynsym");
+    }
+    warns
+}
+
+fn run_cases(filter: impl Fn(&[&str]) -> bool) {
+    for (build, args, fails) in CASES.iter().filter(|(_, _, fails)| filter(fails)) {
+        expect(*build, args, fails, &warns_of(args, *build));
+    }
+}
+
+#[test]
+fn every_rule_that_can_fail_has_a_case() {
+    let covered: BTreeSet<&str> = CASES
+        .iter()
+        .flat_map(|(_, _, f)| f.iter().copied())
+        .collect();
+    let can_fail: BTreeSet<&str> = RuleId::ALL
+        .iter()
+        .filter(|r| r.can_fail())
+        .map(|r| r.id())
+        .collect();
+    assert_eq!(covered, can_fail);
+}
+
+#[test]
+fn broken_mappings() {
+    run_cases(|fails| {
+        fails
+            .iter()
+            .any(|f| f.starts_with("pc.mapping") || *f == "pc.found")
+    });
+}
+
+#[test]
+fn broken_headers() {
+    run_cases(|fails| fails.iter().any(|f| f.starts_with("pc.header")));
+}
+
+#[test]
+fn broken_payloads_and_updates() {
+    run_cases(|fails| {
+        fails.iter().any(|f| {
+            f.starts_with("pc.payload")
+                || f.starts_with("pc.resource")
+                || f.starts_with("pc.update")
+        })
+    });
+}
+
+#[test]
+fn broken_reference_data() {
+    run_cases(|fails| fails.iter().any(|f| f.starts_with("tl.")));
+}
+
+#[test]
+fn broken_symbols() {
+    run_cases(|fails| {
+        fails
+            .iter()
+            .any(|f| f.starts_with("tc.symbol") || *f == "tc.access_model")
+    });
+}
+
+#[test]
+fn broken_records() {
+    run_cases(|fails| {
+        fails
+            .iter()
+            .any(|f| f.starts_with("tc.record") || f.starts_with("tc.attrs"))
+    });
+    // The messages name the defect.
+    let (doc, _) = check(
+        Build::Exported,
+        &["--record", "valid2", "--record", "one-id"],
+    );
+    assert!(observed(&doc, "tc.record.valid").contains("valid = 2"));
+    assert!(observed(&doc, "tc.record.ids").contains("span_id is all zero"));
+}
+
+#[test]
+fn a_correct_c_writer_passes() {
+    let doc = expect(
+        Build::TlsDescLibrary,
+        &[
+            "--update-every",
+            "20",
+            "--record",
+            "good",
+            "--record",
+            "invalid0",
+        ],
+        &[],
+        &[],
+    );
+    // Only the trace_flags rule has nothing to judge: every record has ids.
+    assert_eq!(
+        with_status(&doc, "skip"),
+        BTreeSet::from(["tc.record.trace_flags"])
+    );
+    assert!(with_status(&doc, "warn").is_empty(), "{doc}");
+    assert!(observed(&doc, "tc.access_model").contains("tlsdesc-static"));
+    assert!(observed(&doc, "pc.update.timestamp_increases").contains("update"));
+    assert!(observed(&doc, "tc.record.valid").contains("records"));
+}
