@@ -245,7 +245,7 @@ impl RecordPtr {
             let dst = self.0.as_ptr().add(ATTRS_DATA_OFFSET + at);
             dst.write(key.index());
             dst.add(1).write(value.len() as u8);
-            ptr::copy_nonoverlapping(value.as_ptr(), dst.add(ENTRY_OVERHEAD), value.len());
+            copy_value(value.as_ptr(), dst.add(ENTRY_OVERHEAD), value.len());
         }
         // Orders the entry bytes before the size store that makes them visible.
         compiler_fence(Ordering::Release);
@@ -334,8 +334,50 @@ unsafe fn write_entries(dst: *mut u8, attrs: &[(Key, &str)]) {
         unsafe {
             at.write(key.index());
             at.add(1).write(value.len() as u8);
-            ptr::copy_nonoverlapping(value.as_ptr(), at.add(ENTRY_OVERHEAD), value.len());
+            copy_value(value.as_ptr(), at.add(ENTRY_OVERHEAD), value.len());
             at = at.add(ENTRY_OVERHEAD + value.len());
+        }
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst` without calling `memcpy`: attribute values are
+/// short, and a call costs more than the copy. Lengths from 1 to 16 take two overlapping
+/// loads and stores of the largest width that fits; longer values go 16 bytes at a time,
+/// the last chunk overlapping the one before.
+///
+/// # Safety
+/// `src` must be readable and `dst` writable for `len` bytes; the ranges must not overlap.
+#[inline(always)]
+unsafe fn copy_value(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: every access below is inside `src[..len]` or `dst[..len]`: the second access
+    // of each pair starts at `len - width` with `len >= width`.
+    unsafe {
+        if len >= 16 {
+            let mut at = 0;
+            while at + 16 < len {
+                let chunk = src.add(at).cast::<u128>().read_unaligned();
+                dst.add(at).cast::<u128>().write_unaligned(chunk);
+                at += 16;
+            }
+            let last = src.add(len - 16).cast::<u128>().read_unaligned();
+            dst.add(len - 16).cast::<u128>().write_unaligned(last);
+        } else if len >= 8 {
+            let head = src.cast::<u64>().read_unaligned();
+            let tail = src.add(len - 8).cast::<u64>().read_unaligned();
+            dst.cast::<u64>().write_unaligned(head);
+            dst.add(len - 8).cast::<u64>().write_unaligned(tail);
+        } else if len >= 4 {
+            let head = src.cast::<u32>().read_unaligned();
+            let tail = src.add(len - 4).cast::<u32>().read_unaligned();
+            dst.cast::<u32>().write_unaligned(head);
+            dst.add(len - 4).cast::<u32>().write_unaligned(tail);
+        } else if len >= 2 {
+            let head = src.cast::<u16>().read_unaligned();
+            let tail = src.add(len - 2).cast::<u16>().read_unaligned();
+            dst.cast::<u16>().write_unaligned(head);
+            dst.add(len - 2).cast::<u16>().write_unaligned(tail);
+        } else if len == 1 {
+            dst.write(src.read());
         }
     }
 }
