@@ -135,7 +135,8 @@ pub struct CheckOptions {
     /// context are followed, and every thread is sampled several times. Zero reads once
     /// and samples every thread once; the rules about updates are then skipped.
     pub observe: Duration,
-    /// Times every thread is sampled over the window (at least 1).
+    /// Times every thread is sampled over the window (at least 1; always 1 when
+    /// `observe` is zero).
     pub thread_rounds: u32,
 }
 
@@ -236,13 +237,17 @@ impl Verdicts {
 /// the check), or reading its maps or memory is not permitted. Everything the process
 /// itself does wrong is a [`Status::Fail`] in the report.
 pub fn check(pid: u32, options: &CheckOptions) -> Result<Report, Error> {
-    let started = Instant::now();
     let mut verdicts = Verdicts::new();
     let mut process = ProcessSide::open(pid)?;
     process.first_read()?;
     let mut threads = ThreadSide::open(pid)?;
 
-    let rounds = options.thread_rounds.max(1);
+    // Without a window, one round: several back to back would see the same contexts.
+    let rounds = if options.observe.is_zero() {
+        1
+    } else {
+        options.thread_rounds.max(1)
+    };
     let window_start = Instant::now();
     let deadline = window_start + options.observe;
     let mut next_round = 0u32;
@@ -268,16 +273,15 @@ pub fn check(pid: u32, options: &CheckOptions) -> Result<Report, Error> {
         }
     }
     let observed_for = window_start.elapsed();
+    process.finish()?;
 
     process.judge(&mut verdicts, options.observe);
     threads.judge(&mut verdicts, process.summary());
-    let results = verdicts.into_results();
-    debug_assert!(started.elapsed() >= observed_for);
     Ok(Report {
         pid,
         comm: comm(pid).unwrap_or_default(),
         observed_for,
-        results,
+        results: verdicts.into_results(),
     })
 }
 
@@ -290,7 +294,8 @@ pub fn wait_for_context(
     timeout: Duration,
     keep_waiting: &mut dyn FnMut() -> bool,
 ) -> Result<bool, Error> {
-    const LOOK_EVERY: Duration = Duration::from_millis(20);
+    // Each look reads the maps and the first bytes of every anonymous mapping.
+    const LOOK_EVERY: Duration = Duration::from_millis(50);
     let deadline = Instant::now() + timeout;
     let mut side = ProcessSide::open(pid)?;
     loop {

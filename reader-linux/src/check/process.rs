@@ -195,6 +195,7 @@ pub(super) struct ProcessSide {
     other_time_namespace: bool,
     first_look: Option<Instant>,
     zero_seen: bool,
+    unstable_seen: bool,
     last: Option<Seen>,
     updates: usize,
     timestamp_violation: Option<String>,
@@ -225,6 +226,7 @@ impl ProcessSide {
             other_time_namespace: false,
             first_look: None,
             zero_seen: false,
+            unstable_seen: false,
             last: None,
             updates: 0,
             timestamp_violation: None,
@@ -252,7 +254,6 @@ impl ProcessSide {
         };
         self.started_at_ns = process_start_ns(self.pid);
         self.other_time_namespace = other_time_namespace(self.pid);
-        self.vm_flags = self.read_vm_flags(primary.start);
         self.first_look = Some(Instant::now());
         for attempt in 0..FIRST_READ_ATTEMPTS {
             if attempt > 0 {
@@ -264,12 +265,42 @@ impl ProcessSide {
                     break;
                 }
                 ReadOutcome::Zero => self.zero_seen = true,
-                ReadOutcome::Unstable => {}
+                ReadOutcome::Unstable => self.unstable_seen = true,
                 ReadOutcome::Unmapped => {
                     self.republished()?;
                     break;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Looks at the mappings again once the window is over, before judging them.
+    ///
+    /// A context is found as soon as its mapping exists, but the writer names it, writes
+    /// the header and calls `madvise(MADV_DONTFORK)` only afterwards: judging the name,
+    /// the header's identity or the flags from that first look would blame a publication
+    /// still in progress.
+    pub(super) fn finish(&mut self) -> Result<(), Error> {
+        let Some(start) = self.primary.as_ref().map(|p| p.start) else {
+            return Ok(());
+        };
+        let candidates = self.discover()?;
+        let refreshed = candidates
+            .iter()
+            .find(|c| c.start == start)
+            .or_else(|| choose(&candidates))
+            .cloned();
+        if let Some(primary) = refreshed {
+            self.vm_flags = self.read_vm_flags(primary.start);
+            self.primary = Some(primary);
+            self.candidates = candidates;
+        } else if let Some(primary) = &self.primary {
+            // Unpublished during the window: judge the flags it had.
+            self.vm_flags = Err(format!(
+                "the mapping at {:#x} was unmapped before its flags could be read",
+                primary.start
+            ));
         }
         Ok(())
     }
@@ -285,7 +316,7 @@ impl ProcessSide {
         match self.read_consistent(start, POLL_ATTEMPTS)? {
             ReadOutcome::Consistent(header, payload) => self.observe(header, payload),
             ReadOutcome::Zero => self.zero_seen = true,
-            ReadOutcome::Unstable => {}
+            ReadOutcome::Unstable => self.unstable_seen = true,
             ReadOutcome::Unmapped => self.republished()?,
         }
         Ok(())
@@ -351,22 +382,45 @@ impl ProcessSide {
         }
     }
 
+    /// The timestamp alone; `None` when the mapping is gone.
+    fn read_timestamp(&mut self, start: u64) -> Result<Option<u64>, Error> {
+        let mut bytes = [0u8; 8];
+        match self
+            .memory
+            .read_exact(start + TIMESTAMP_OFFSET as u64, &mut bytes)
+        {
+            Ok(()) => Ok(Some(u64::from_ne_bytes(bytes))),
+            Err(CopyError::Unmapped) => Ok(None),
+            Err(e) => Err(self.copy_error(e, "header")),
+        }
+    }
+
     /// The seqlock read of OTEP 4719 §Read 3 to 5, without the identity checks of step 2
     /// (the checker judges headers readers would skip) and without trusting
     /// `payload_size` beyond the bound readers apply.
+    ///
+    /// The timestamp is read on its own before the rest of the header: a single copy of
+    /// the 32 bytes takes `payload_size` (offset 12) before the timestamp (offset 16), and
+    /// a reader preempted between the two could pair an old size with the pointer and
+    /// timestamp of a whole update made meanwhile, which the final re-read would accept.
     fn read_consistent(&mut self, start: u64, attempts: u32) -> Result<ReadOutcome, Error> {
         let mut all_zero = true;
         for _ in 0..attempts {
-            let Some(header) = self.read_header(start)? else {
+            let Some(published_at) = self.read_timestamp(start)? else {
                 return Ok(ReadOutcome::Unmapped);
             };
-            let published_at = header.monotonic_published_at_ns;
             if published_at == 0 {
                 continue;
             }
             all_zero = false;
-            // Orders the header read above before the payload copy below.
+            // Orders the timestamp read above before the reads of the fields it guards.
             fence(Ordering::SeqCst);
+            let Some(header) = self.read_header(start)? else {
+                return Ok(ReadOutcome::Unmapped);
+            };
+            if header.monotonic_published_at_ns != published_at {
+                continue;
+            }
             let payload = if header.payload_size == 0 || header.payload_size > MAX_PAYLOAD_SIZE {
                 PayloadRead::OutOfRange
             } else {
@@ -377,18 +431,13 @@ impl ProcessSide {
                     Err(e) => return Err(self.copy_error(e, "payload")),
                 }
             };
-            // Orders the payload copy above before the timestamp re-read below.
+            // Orders the header and payload copies above before the timestamp re-read
+            // below: a writer that changed them meanwhile has changed the timestamp too.
             fence(Ordering::SeqCst);
-            let mut again = [0u8; 8];
-            match self
-                .memory
-                .read_exact(start + TIMESTAMP_OFFSET as u64, &mut again)
-            {
-                Ok(()) => {}
-                Err(CopyError::Unmapped) => return Ok(ReadOutcome::Unmapped),
-                Err(e) => return Err(self.copy_error(e, "header")),
-            }
-            if u64::from_ne_bytes(again) == published_at {
+            let Some(again) = self.read_timestamp(start)? else {
+                return Ok(ReadOutcome::Unmapped);
+            };
+            if again == published_at {
                 return Ok(ReadOutcome::Consistent(header, payload));
             }
         }
@@ -571,12 +620,17 @@ impl ProcessSide {
                          timestamp is written last, and 0 means 'being changed')"
                     ),
                 );
-            } else {
+            } else if self.unstable_seen {
                 v.fail(
                     RuleId::PcHeaderTimestamp,
                     format!(
                         "changed during every read for {waited} ms: no reader gets a consistent copy"
                     ),
+                );
+            } else {
+                v.skip(
+                    RuleId::PcHeaderTimestamp,
+                    "the mapping went away before the header could be read",
                 );
             }
         }

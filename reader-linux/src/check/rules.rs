@@ -288,4 +288,16 @@ mod tests {
         assert_eq!(ids.len(), RuleId::ALL.len());
         assert_eq!(RuleId::from_id("pc.nope"), None);
     }
+
+    #[test]
+    fn check_md_lists_every_rule_with_its_reference() {
+        let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/CHECK.md"));
+        let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `")).collect();
+        assert_eq!(rows.len(), RuleId::ALL.len());
+        for (row, rule) in rows.iter().zip(RuleId::ALL) {
+            assert!(row.starts_with(&format!("| `{}` |", rule.id())), "{row}");
+            assert!(row.ends_with(&format!("| {} |", rule.reference())), "{row}");
+            assert_eq!(row.contains("WARN only"), !rule.can_fail(), "{row}");
+        }
+    }
 }

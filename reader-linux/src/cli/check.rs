@@ -146,7 +146,7 @@ pub fn run(
             let report = check_program(&mut program, wait, &options);
             let stopped = program.stop();
             let report = report.map_err(|e| match stopped.status {
-                Some(status) => format!("{e} ({} {})", program.argv[0], status),
+                Some(status) => format!("{e} ({status})"),
                 None => e,
             })?;
             (report, Some((program.argv.clone(), stopped)))
@@ -178,9 +178,9 @@ fn check_program(
     let pid = program.pid();
     let name = program.argv[0].clone();
     let appeared = wait_for_context(pid, wait, &mut || program.exited().is_none());
-    if let Some(status) = program.exited() {
+    if program.exited().is_some() {
         return Err(format!(
-            "{name} ended ({status}) before its process context could be checked"
+            "{name} ended before its process context could be checked"
         ));
     }
     match appeared {
