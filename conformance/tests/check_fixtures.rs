@@ -63,6 +63,8 @@ enum Build {
     TlsDescLibrary,
     /// In a shared library reached only through the local-dynamic model.
     LocalDynamicLibrary,
+    /// In the TLSDESC library, loaded with `dlopen` (option `--dlopen`).
+    Dlopen,
 }
 
 fn compile(out: &Path, args: &[&str]) {
@@ -108,6 +110,10 @@ fn fixtures() -> &'static PathBuf {
                 &slot,
             ],
         );
+        compile(
+            &dir.join("writer-dlopen"),
+            &["-DSLOT_DLOPEN", &writer, "-ldl"],
+        );
         for (exe, lib) in [
             ("writer-desc", "libslot-desc.so"),
             ("writer-ld", "libslot-ld.so"),
@@ -129,12 +135,19 @@ fn executable(build: Build) -> PathBuf {
         Build::Static => "writer-static",
         Build::TlsDescLibrary => "writer-desc",
         Build::LocalDynamicLibrary => "writer-ld",
+        Build::Dlopen => "writer-dlopen",
     })
 }
 
 /// Runs `otel-ctx check --json -- <fixture> <args>`; returns the document and exit code.
 fn check(build: Build, args: &[&str]) -> (Value, i32) {
+    check_with_env(build, args, &[])
+}
+
+/// [`check`], with environment variables for the checker and the fixture it starts.
+fn check_with_env(build: Build, args: &[&str], env: &[(&str, &str)]) -> (Value, i32) {
     let out = Command::new(otel_ctx())
+        .envs(env.iter().copied())
         .args([
             "check",
             "--json",
@@ -169,6 +182,16 @@ fn with_status<'a>(doc: &'a Value, status: &str) -> BTreeSet<&'a str> {
         .collect()
 }
 
+fn status<'a>(doc: &'a Value, id: &str) -> &'a str {
+    doc["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .find(|r| r["id"] == id)
+        .and_then(|r| r["status"].as_str())
+        .unwrap_or_else(|| panic!("no result {id}"))
+}
+
 fn observed<'a>(doc: &'a Value, id: &str) -> &'a str {
     doc["results"]
         .as_array()
@@ -181,7 +204,17 @@ fn observed<'a>(doc: &'a Value, id: &str) -> &'a str {
 
 /// Asserts that exactly `fails` fail (and that each `warns` warns); returns the document.
 fn expect(build: Build, args: &[&str], fails: &[&str], warns: &[&str]) -> Value {
-    let (doc, code) = check(build, args);
+    expect_with_env(build, args, &[], fails, warns)
+}
+
+fn expect_with_env(
+    build: Build,
+    args: &[&str],
+    env: &[(&str, &str)],
+    fails: &[&str],
+    warns: &[&str],
+) -> Value {
+    let (doc, code) = check_with_env(build, args, env);
     let failed = with_status(&doc, "fail");
     let expected: BTreeSet<&str> = fails.iter().copied().collect();
     let details: Vec<String> = doc["results"]
@@ -473,4 +506,25 @@ fn a_publication_in_progress_is_not_blamed() {
         &[],
         &[],
     );
+}
+
+#[test]
+fn a_library_loaded_after_publishing_is_found() {
+    let lib = fixtures().join("libslot-desc.so");
+    let lib = lib.to_str().expect("utf-8 path");
+    let args = ["--dlopen", lib, "--late-records", "100", "--record", "good"];
+    // glibc puts the library in spare static TLS; without spare static TLS, TLSDESC
+    // goes through the dynamic resolver and each thread's DTV.
+    for (env, model) in [
+        (&[][..], "tlsdesc-static"),
+        (
+            &[("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=0")][..],
+            "tlsdesc-dynamic",
+        ),
+    ] {
+        let doc = expect_with_env(Build::Dlopen, &args, env, &[], &[]);
+        assert!(observed(&doc, "tc.symbol.dynsym").contains("libslot-desc.so"));
+        assert!(observed(&doc, "tc.access_model").contains(model), "{doc}");
+        assert_eq!(status(&doc, "tc.record.valid"), "pass");
+    }
 }

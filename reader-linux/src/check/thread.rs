@@ -81,6 +81,8 @@ struct Tallies {
 pub(super) struct ThreadSide {
     pid: u32,
     memory: ProcessMemory,
+    /// Analyses of the modules' ELF files, kept between looks.
+    cache: ElfCache,
     /// The module that defines the symbol (as a reader would choose it).
     defining: Option<LoadedModule>,
     resolution: Option<Result<Resolution, TlsError>>,
@@ -94,11 +96,29 @@ pub(super) struct ThreadSide {
 impl ThreadSide {
     /// Finds the module that defines `otel_thread_ctx_v1` and locates the slot.
     pub(super) fn open(pid: u32) -> Result<Self, Error> {
-        let memory = ProcessMemory::new(pid, ReadMethod::Auto);
-        let modules = loaded_modules(pid, &mut ElfCache::new())
+        let mut side = Self {
+            pid,
+            memory: ProcessMemory::new(pid, ReadMethod::Auto),
+            cache: ElfCache::new(),
+            defining: None,
+            resolution: None,
+            tallies: Tallies::default(),
+            samples: 0,
+            threads: BTreeSet::new(),
+            ptrace_denied: None,
+            first_error: None,
+        };
+        side.find_symbol()?;
+        Ok(side)
+    }
+
+    /// Looks for the defining module among the loaded ones, and resolves the slot.
+    fn find_symbol(&mut self) -> Result<(), Error> {
+        let pid = self.pid;
+        let modules = loaded_modules(pid, &mut self.cache)
             .map_err(|e| Error::from_io(pid, "read /proc/<pid>/maps", e))?;
         // As the resolver chooses: a `.dynsym` definition first, the executable first.
-        let defining = modules
+        self.defining = modules
             .iter()
             .filter(|m| m.elf.defines_symbol())
             .min_by_key(|m| {
@@ -106,21 +126,11 @@ impl ThreadSide {
                 (table != Some(SymbolTable::Dynsym), !m.is_main)
             })
             .cloned();
-        let resolution = defining.as_ref().map(|_| {
+        self.resolution = self.defining.as_ref().map(|_| {
             let libc = Libc::detect(modules.iter().map(|m| m.path.as_str()));
-            resolve(&modules, libc, &memory)
+            resolve(&modules, libc, &self.memory)
         });
-        Ok(Self {
-            pid,
-            memory,
-            defining,
-            resolution,
-            tallies: Tallies::default(),
-            samples: 0,
-            threads: BTreeSet::new(),
-            ptrace_denied: None,
-            first_error: None,
-        })
+        Ok(())
     }
 
     /// Samples every thread once; `key_map` gives the key map's length (`true`: read the
@@ -129,6 +139,11 @@ impl ThreadSide {
         &mut self,
         key_map: &mut dyn FnMut(bool) -> KeyMapLen,
     ) -> Result<(), Error> {
+        if self.defining.is_none() {
+            // A library that defines the variable may be loaded after the process context
+            // is published (a runtime that loads its native agent late).
+            self.find_symbol()?;
+        }
         let Some(Ok(resolution)) = &self.resolution else {
             return Ok(());
         };
