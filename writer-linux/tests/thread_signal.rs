@@ -151,7 +151,7 @@ fn required_signals() -> u64 {
         return n;
     }
     if cfg!(target_arch = "aarch64") {
-        200_000
+        100_000
     } else {
         1_000_000
     }
