@@ -1,7 +1,7 @@
 //! What an ELF file says about `otel_thread_ctx_v1`: the symbol, the module's `PT_TLS`
 //! segment, and every relocation through which code reaches the variable.
 //!
-//! This is static analysis of one file; [`super::resolve`] turns it into an address with
+//! This is static analysis of one file; [`resolve`](mod@super::resolve) turns it into an address with
 //! the help of the target's memory (the GOT entries its dynamic linker filled).
 
 use std::fmt;
