@@ -26,7 +26,8 @@ use super::{slot, ContextError, Key};
 /// [`truncate_attrs`]) that act on the calling thread's attached record. So the record the
 /// slot points at can never be freed or moved while it is reachable, and dropping a context
 /// is always safe. With the `std` feature a thread that exits with a context attached sets
-/// its slot to NULL and then frees the record.
+/// its slot to NULL and then frees the record; without `std` there is no thread-exit hook,
+/// so detach before the thread ends or the record leaks.
 ///
 /// A detached context is a plain buffer: it may be sent to another thread and attached
 /// there (the pattern of async runtimes, where a task carries its context from poll to

@@ -113,15 +113,16 @@ impl RecordPtr {
         usize::from(unsafe { self.0.as_ptr().sub(PREFIX).cast::<u16>().read() })
     }
 
-    fn valid(self) -> &'static AtomicU8 {
+    fn valid(&self) -> &AtomicU8 {
         // SAFETY: byte 24 of a live record, only ever accessed atomically. The reference
-        // is used at once by the caller and never outlives the record.
+        // lives as long as this borrow, during which the record stays live.
         unsafe { AtomicU8::from_ptr(self.0.as_ptr().add(VALID_OFFSET)) }
     }
 
-    fn attrs_data_size_atomic(self) -> &'static AtomicU16 {
+    fn attrs_data_size_atomic(&self) -> &AtomicU16 {
         // SAFETY: bytes 26..28 of a live record, 2-aligned because the record is 64-aligned,
-        // only ever accessed atomically after allocation. Used at once by the caller.
+        // only ever accessed atomically after allocation. The reference lives as long as
+        // this borrow, during which the record stays live.
         unsafe { AtomicU16::from_ptr(self.0.as_ptr().add(ATTRS_DATA_SIZE_OFFSET).cast()) }
     }
 
