@@ -245,7 +245,8 @@ impl ProcessSide {
         Ok(!self.discover()?.is_empty())
     }
 
-    /// Finds the candidate mappings, reads the primary one, and judges what one read can.
+    /// Finds the candidate mappings and makes the first consistent read of the primary
+    /// one, retrying for about 100 ms while its timestamp is 0 or changing.
     pub(super) fn first_read(&mut self) -> Result<(), Error> {
         self.candidates = self.discover()?;
         self.primary = choose(&self.candidates).cloned();
@@ -296,7 +297,7 @@ impl ProcessSide {
             self.primary = Some(primary);
             self.candidates = candidates;
         } else if let Some(primary) = &self.primary {
-            // Unpublished during the window: judge the flags it had.
+            // Unpublished during the window: its flags can no longer be read.
             self.vm_flags = Err(format!(
                 "the mapping at {:#x} was unmapped before its flags could be read",
                 primary.start

@@ -198,6 +198,12 @@ impl ThreadSide {
             Err(SampleError::Memory { address, .. }) if address == slot => Sample::Error(format!(
                 "thread {tid}: the slot address {slot:#x} computed from the thread pointer cannot be read"
             )),
+            // The process is exiting: its memory is going away under every pointer.
+            Err(SampleError::Memory { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Sample::Gone
+            }
             Err(SampleError::Memory { what, address, .. }) => {
                 Sample::Unreadable { address, what }
             }
@@ -206,10 +212,7 @@ impl ThreadSide {
     }
 
     fn label(&self, tid: u32) -> String {
-        match std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.pid)) {
-            Ok(name) => format!("thread {tid} ({})", name.trim_end()),
-            Err(_) => format!("thread {tid}"),
-        }
+        label(self.pid, tid)
     }
 
     fn judge_sample(
@@ -261,7 +264,8 @@ impl ThreadSide {
                 t.readable.ok();
                 t.aligned.ok();
                 t.valid.ok();
-                let who = self.label(tid);
+                let pid = self.pid;
+                let who = || label(pid, tid);
                 judge_record(&mut self.tallies, &who, &record, key_map);
             }
         }
@@ -522,7 +526,7 @@ impl ThreadSide {
 /// The rules about a valid record's content.
 fn judge_record(
     t: &mut Tallies,
-    who: &str,
+    who: &dyn Fn() -> String,
     record: &ThreadRecord,
     key_map: &mut dyn FnMut(bool) -> KeyMapLen,
 ) {
@@ -530,6 +534,7 @@ fn judge_record(
     let size = header.record_size();
     if size > MAX_RECORD_SIZE {
         t.size.bad(|| {
+            let who = who();
             format!(
                 "{who}: {size} bytes (attrs_data_size {}), over the {MAX_RECORD_SIZE} bytes the \
                  eBPF profiler reads",
@@ -551,15 +556,19 @@ fn judge_record(
             ("trace_id", "span_id")
         };
         t.ids
-            .bad(|| format!("{who}: {set} is set but {unset} is all zero"));
+            .bad(|| format!("{}: {set} is set but {unset} is all zero", who()));
     }
     if trace_zero && span_zero {
         if header.trace_flags == 0 {
             t.trace_flags.ok();
         } else {
             let flags = header.trace_flags;
-            t.trace_flags
-                .bad(|| format!("{who}: trace_flags {flags:#04x} without trace and span ids"));
+            t.trace_flags.bad(|| {
+                format!(
+                    "{}: trace_flags {flags:#04x} without trace and span ids",
+                    who()
+                )
+            });
         }
     }
 
@@ -577,6 +586,7 @@ fn judge_record(
         t.complete.ok();
     } else {
         t.complete.bad(|| {
+            let who = who();
             let shown = &rest[..rest.len().min(4)];
             format!(
                 "{who}: attrs-data ({} bytes) ends in an incomplete entry of {} bytes \
@@ -592,6 +602,7 @@ fn judge_record(
     match bad_utf8 {
         None => t.utf8.ok(),
         Some((key, value)) => t.utf8.bad(|| {
+            let who = who();
             let shown = &value[..value.len().min(8)];
             format!("{who}: the value of key index {key} is not UTF-8 (bytes {shown:02x?})")
         }),
@@ -605,6 +616,7 @@ fn judge_record(
     match key_map(true) {
         len if inside(len) => t.key_index.ok(),
         KeyMapLen::Known(n) => t.key_index.bad(|| {
+            let who = who();
             format!(
                 "{who}: key index {max_key}, but threadlocal.attribute_key_map has {} \
                  (readers ignore the entry)",
@@ -612,12 +624,21 @@ fn judge_record(
             )
         }),
         KeyMapLen::Absent => t.key_index.bad(|| {
+            let who = who();
             format!(
                 "{who}: key index {max_key}, but the process context has no \
                  threadlocal.attribute_key_map (readers ignore every entry)"
             )
         }),
         KeyMapLen::Unknown => t.key_index_unknown += 1,
+    }
+}
+
+/// `thread <tid> (<name>)`, as failures name a thread.
+fn label(pid: u32, tid: u32) -> String {
+    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) {
+        Ok(name) => format!("thread {tid} ({})", name.trim_end()),
+        Err(_) => format!("thread {tid}"),
     }
 }
 
@@ -660,7 +681,7 @@ mod tests {
             key_map
         };
         for r in records {
-            judge_record(&mut t, "thread 7", r, &mut lookup);
+            judge_record(&mut t, &|| "thread 7".to_owned(), r, &mut lookup);
         }
         (t, refreshes)
     }
