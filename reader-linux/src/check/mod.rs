@@ -133,7 +133,8 @@ impl Report {
 pub struct CheckOptions {
     /// How long to watch the process after the first read: updates of the process
     /// context are followed, and every thread is sampled several times. Zero reads once
-    /// and samples every thread once; the rules about updates are then skipped.
+    /// and samples every thread once; the rules about updates are then skipped. At most
+    /// [`MAX_WINDOW`].
     pub observe: Duration,
     /// Times every thread is sampled over the window (at least 1; always 1 when
     /// `observe` is zero).
@@ -151,6 +152,9 @@ impl Default for CheckOptions {
 
 /// Thread sampling rounds over the window by default.
 pub const DEFAULT_THREAD_ROUNDS: u32 = 10;
+
+/// Longest observation window or wait: longer ones are cut to this (a day).
+pub const MAX_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// Pause between two reads of the header while watching: short enough to see each step
 /// of a writer that updates every few milliseconds.
@@ -237,19 +241,20 @@ impl Verdicts {
 /// the check), or reading its maps or memory is not permitted. Everything the process
 /// itself does wrong is a [`Status::Fail`] in the report.
 pub fn check(pid: u32, options: &CheckOptions) -> Result<Report, Error> {
+    let observe = options.observe.min(MAX_WINDOW);
     let mut verdicts = Verdicts::new();
     let mut process = ProcessSide::open(pid)?;
     process.first_read()?;
     let mut threads = ThreadSide::open(pid)?;
 
     // Without a window, one round: several back to back would see the same contexts.
-    let rounds = if options.observe.is_zero() {
+    let rounds = if observe.is_zero() {
         1
     } else {
         options.thread_rounds.max(1)
     };
     let window_start = Instant::now();
-    let deadline = window_start + options.observe;
+    let deadline = window_start + observe;
     let mut next_round = 0u32;
     loop {
         let now = Instant::now();
@@ -257,7 +262,7 @@ pub fn check(pid: u32, options: &CheckOptions) -> Result<Report, Error> {
         let due = if rounds == 1 {
             Duration::ZERO
         } else {
-            options.observe / (rounds - 1) * next_round
+            observe / (rounds - 1) * next_round
         };
         if next_round < rounds && now >= window_start + due {
             threads.sample_round(&mut |refresh| process.key_map_len(refresh))?;
@@ -268,14 +273,14 @@ pub fn check(pid: u32, options: &CheckOptions) -> Result<Report, Error> {
             break;
         }
         std::thread::sleep(POLL);
-        if !options.observe.is_zero() {
+        if !observe.is_zero() {
             process.poll()?;
         }
     }
     let observed_for = window_start.elapsed();
     process.finish()?;
 
-    process.judge(&mut verdicts, options.observe);
+    process.judge(&mut verdicts, observe);
     threads.judge(&mut verdicts, process.summary());
     Ok(Report {
         pid,
@@ -286,7 +291,7 @@ pub fn check(pid: u32, options: &CheckOptions) -> Result<Report, Error> {
 }
 
 /// Waits until process `pid` has a mapping that may hold a process context (any mapping
-/// [`check`] would examine), for at most `timeout`. `keep_waiting` is asked between
+/// [`check`] would examine), for at most `timeout` (and at most [`MAX_WINDOW`]). `keep_waiting` is asked between
 /// looks (for example whether a started program is still running); waiting stops when it
 /// says no. Returns whether such a mapping appeared.
 pub fn wait_for_context(
@@ -296,7 +301,7 @@ pub fn wait_for_context(
 ) -> Result<bool, Error> {
     // Each look reads the maps and the first bytes of every anonymous mapping.
     const LOOK_EVERY: Duration = Duration::from_millis(50);
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now() + timeout.min(MAX_WINDOW);
     let mut side = ProcessSide::open(pid)?;
     loop {
         if side.has_candidates()? {
