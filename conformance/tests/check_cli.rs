@@ -195,9 +195,10 @@ fn libdatadog_writers_pass() {
         assert_status(&doc, rule, "pass");
     }
     // libdd-library-config updates in place with a greater timestamp, and the helper
-    // registers a fourth key on its third update.
+    // registers a fourth key on its third update (150 ms after it is ready: usually, but
+    // not always, after the checker's first read, so the key map grew or has 4 names).
     let (_, observed) = status_of(&doc, "tl.key_map.append_only");
-    assert!(observed.contains("to 4 names"), "{observed}");
+    assert!(observed.contains(" 4 names"), "{observed}");
     // libdd-otel-thread-ctx writes TLSDESC code in global_asm!; in an executable the
     // linker relaxes it to local exec.
     let (status, observed) = status_of(&doc, "tc.access_model");
