@@ -512,7 +512,7 @@ fn a_publication_in_progress_is_not_blamed() {
 fn a_library_loaded_after_publishing_is_found() {
     let lib = fixtures().join("libslot-desc.so");
     let lib = lib.to_str().expect("utf-8 path");
-    let args = ["--dlopen", lib, "--late-records", "100", "--record", "good"];
+    let args = ["--dlopen", lib, "--late-records", "50", "--record", "good"];
     // glibc puts the library in spare static TLS; without spare static TLS, TLSDESC
     // goes through the dynamic resolver and each thread's DTV.
     for (env, model) in [
