@@ -217,6 +217,19 @@ impl ProcessContextReader {
         last: Option<u64>,
     ) -> Result<Attempt, AttemptError> {
         let pid = self.pid;
+        // Step 3 first: the timestamp on its own. A copy of the whole header is not atomic
+        // and may take `payload_size` and `payload` before its timestamp field, across an
+        // update; fields copied after this lone read and before an unchanged re-read
+        // (step 5) all belong to this timestamp's version.
+        let published_at = match self.read_timestamp(mapping) {
+            Ok(t) => t,
+            Err(CopyError::Unmapped) => {
+                return Err(AttemptError::Stale(self.no_context_or_gone()));
+            }
+            Err(e) => return Err(AttemptError::Fatal(self.copy_error(e, "header"))),
+        };
+        // Orders the timestamp read above before the header copy below.
+        fence(Ordering::SeqCst);
         // Step 2: the header, and its identity.
         let header = match self.read_header(mapping.start) {
             Ok(header) => header,
@@ -232,9 +245,9 @@ impl ProcessContextReader {
             }));
         }
         self.mapping = Some(*mapping);
-        // Step 3: 0 means the writer is changing the context.
-        let published_at = header.monotonic_published_at_ns;
-        if published_at == 0 {
+        // 0 means the writer is changing the context; a different timestamp in the copy,
+        // that an update ran between the two reads.
+        if published_at == 0 || header.monotonic_published_at_ns != published_at {
             return Ok(Attempt::Retry);
         }
         if last.is_some_and(|last| published_at <= last) {
@@ -312,17 +325,20 @@ impl ProcessContextReader {
         Ok(ProcessContextHeader::read(&bytes).unwrap_or_default())
     }
 
+    fn read_timestamp(&mut self, mapping: &ContextMapping) -> Result<u64, CopyError> {
+        let mut bytes = [0u8; 8];
+        self.memory
+            .read_exact(mapping.start + TIMESTAMP_OFFSET as u64, &mut bytes)?;
+        Ok(u64::from_ne_bytes(bytes))
+    }
+
     fn timestamp_changed(
         &mut self,
         mapping: &ContextMapping,
         published_at: u64,
     ) -> Result<bool, AttemptError> {
-        let mut bytes = [0u8; 8];
-        match self
-            .memory
-            .read_exact(mapping.start + TIMESTAMP_OFFSET as u64, &mut bytes)
-        {
-            Ok(()) => Ok(u64::from_ne_bytes(bytes) != published_at),
+        match self.read_timestamp(mapping) {
+            Ok(t) => Ok(t != published_at),
             Err(CopyError::Unmapped) => Err(AttemptError::Stale(self.no_context_or_gone())),
             Err(e) => Err(AttemptError::Fatal(self.copy_error(e, "header"))),
         }
