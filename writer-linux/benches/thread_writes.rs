@@ -1,5 +1,6 @@
 //! Thread-context writes of this crate: attach+detach, swap, in-place update with 0, 2 and
-//! 8 attributes. `thread_writes_libdd.rs` measures the same operations with
+//! 8 attributes (`update`), and the same updates writing exactly the bytes libdd writes
+//! (`update_same_bytes`: libdd always adds a local-root-span-id entry). `thread_writes_libdd.rs` measures the same operations with
 //! `libdd-otel-thread-ctx` 2.0.1 (a separate binary: both crates define the
 //! `otel_thread_ctx_v1` symbol, so they cannot link into one). Run both with
 //! `cargo bench -p otel-ctx-writer --bench thread_writes --bench thread_writes_libdd`.
@@ -46,22 +47,46 @@ fn update(c: &mut Criterion) {
     ThreadContext::new(inputs::TRACE_ID, inputs::SPAN_ID, 1, &[])
         .unwrap()
         .attach();
+    // N attributes, as a caller of this crate writes them.
     let mut group = c.benchmark_group("update");
     for count in inputs::COUNTS {
+        let mut attrs = [(keys[0], ""); 8];
+        for (i, value) in inputs::VALUES[..count].iter().enumerate() {
+            attrs[i] = (keys[i + 1], *value);
+        }
         group.bench_function(format!("{NAME}/{count}"), |b| {
             b.iter(|| {
-                let mut hex = [0u8; 16];
-                let root = inputs::hex(black_box(inputs::LOCAL_ROOT_SPAN_ID), &mut hex);
-                let mut attrs = [(keys[0], ""); 9];
-                attrs[0].1 = root;
-                for (i, value) in inputs::VALUES[..count].iter().enumerate() {
-                    attrs[i + 1] = (keys[i + 1], black_box(*value));
-                }
                 thread::update(
                     black_box(inputs::TRACE_ID),
                     black_box(inputs::SPAN_ID),
                     1,
-                    &attrs[..=count],
+                    black_box(&attrs[..count]),
+                )
+                .unwrap();
+            })
+        });
+    }
+    group.finish();
+    // The bytes libdd writes for N attributes: its local-root-span-id entry (16 hex
+    // digits, key 0, encoded on every update) and then the N attributes.
+    let mut group = c.benchmark_group("update_same_bytes");
+    for count in inputs::COUNTS {
+        let mut root = [0u8; 16];
+        let mut attrs = [(keys[0], inputs::hex(inputs::LOCAL_ROOT_SPAN_ID, &mut root)); 9];
+        for (i, value) in inputs::VALUES[..count].iter().enumerate() {
+            attrs[i + 1] = (keys[i + 1], *value);
+        }
+        group.bench_function(format!("{NAME}/{count}"), |b| {
+            b.iter(|| {
+                // Encode the id as libdd does on every update (into a buffer equal to the
+                // one `attrs[0]` points at).
+                let mut hex = [0u8; 16];
+                black_box(inputs::hex(black_box(inputs::LOCAL_ROOT_SPAN_ID), &mut hex));
+                thread::update(
+                    black_box(inputs::TRACE_ID),
+                    black_box(inputs::SPAN_ID),
+                    1,
+                    black_box(&attrs[..=count]),
                 )
                 .unwrap();
             })
