@@ -141,6 +141,18 @@ extern "C" fn on_sigprof(_: libc::c_int) {
     }
 }
 
+/// Pins the calling thread to CPU `cpu` when the machine has more than one: the sender
+/// and the writer then never share a CPU (a sender that shares the writer's CPU only
+/// re-sends a pending signal until it is preempted). Without the CPUs, nothing is pinned.
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 /// Signals required. qemu-user delivers signals to an emulated aarch64 thread far more
 /// slowly, so that build asks for fewer (printed with the result).
 fn required_signals() -> u64 {
@@ -180,6 +192,7 @@ fn every_valid_record_seen_by_a_signal_handler_is_consistent() {
         let writer = scope.spawn(|| {
             // SAFETY: pthread_self has no preconditions.
             writer_pthread.store(unsafe { libc::pthread_self() } as u64, Ordering::SeqCst);
+            pin_to_cpu(1);
             let mut spare = Some(
                 ThreadContext::compact(trace_id(0), span_id(0), 0, &[(VALUE_KEY, "0")]).unwrap(),
             );
@@ -217,6 +230,7 @@ fn every_valid_record_seen_by_a_signal_handler_is_consistent() {
             std::thread::sleep(Duration::from_millis(1));
         }
         let target = writer_pthread.load(Ordering::SeqCst) as libc::pthread_t;
+        pin_to_cpu(0);
         while SIGNALS.load(Ordering::Relaxed) < required && started.elapsed() < budget {
             // SAFETY: the writer thread runs until `stop` is set below.
             let rc = unsafe { libc::pthread_kill(target, libc::SIGPROF) };
