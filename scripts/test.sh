@@ -18,6 +18,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 step "no_std codec and cross builds"
 cargo build -q -p otel-ctx-codec --target x86_64-unknown-none
 cargo build -q -p otel-ctx-codec --target aarch64-unknown-linux-gnu
+cargo build -q -p otel-ctx-writer --no-default-features --target x86_64-unknown-linux-musl
 
 step "spec vectors are up to date"
 python3 spec-vectors/generate.py --check
@@ -25,9 +26,12 @@ python3 spec-vectors/generate.py --check
 step "workspace tests (x86_64)"
 run_tests cargo test --workspace
 
-step "codec and process-context writer on aarch64 (qemu-user: no ptrace, no seccomp)"
+step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
 run_tests cargo test -p otel-ctx-codec --target aarch64-unknown-linux-gnu
-run_tests cargo test -p otel-ctx-writer --target aarch64-unknown-linux-gnu --test 'process_*'
+run_tests cargo test -p otel-ctx-writer --target aarch64-unknown-linux-gnu --test 'process_*' --test 'thread_*'
+
+step "thread-context writer on musl"
+run_tests cargo test -p otel-ctx-writer --target x86_64-unknown-linux-musl --test 'thread_*'
 
 step "thread-context reader: in-process resolver check on aarch64, and without spare static TLS"
 run_tests cargo test -p otel-ctx-reader --target aarch64-unknown-linux-gnu --test tls_selfcheck

@@ -172,7 +172,9 @@ fn required_signals() -> u64 {
 #[test]
 fn every_valid_record_seen_by_a_signal_handler_is_consistent() {
     let required = required_signals();
-    let budget = Duration::from_secs(60);
+    // The goal is a count; the time is only a cap. Delivery costs 25-35 us a signal here,
+    // so 1,000,000 take under a minute on a quiet machine and longer on a loaded one.
+    let budget = Duration::from_secs(180);
     // SAFETY: installs a handler that only touches atomics, its stack and the record.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();

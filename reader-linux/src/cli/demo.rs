@@ -26,7 +26,7 @@ use otel_ctx_reader::{
 use otel_ctx_writer::process::{global, Resource, Value};
 use otel_ctx_writer::thread::{self as thread_ctx, Key, ThreadContext};
 
-use super::watch::Sampler;
+use super::watch::{Sampler, Screen};
 use super::{catch_sigint, text, INTERRUPTED};
 
 /// How often the viewer polls the timestamp.
@@ -103,7 +103,7 @@ struct View {
     current: Option<Snapshot>,
     publications: u64,
     history: VecDeque<String>,
-    lines_drawn: usize,
+    screen: Screen,
     /// Samples of the service's threads, per `http.route`.
     sampler: Option<Sampler>,
 }
@@ -119,7 +119,7 @@ fn watch(pid: u32, duration: Duration) -> Result<(), String> {
         current: None,
         publications: 0,
         history: VecDeque::new(),
-        lines_drawn: 0,
+        screen: Screen::default(),
         sampler: None,
     };
     if !view.tty {
@@ -285,16 +285,7 @@ impl View {
             );
             out.push_str(&sampler.table());
         }
-        let mut frame = String::new();
-        if self.lines_drawn > 0 {
-            let _ = write!(frame, "\x1b[{}A", self.lines_drawn);
-        }
-        frame.push_str("\x1b[J");
-        frame.push_str(&out);
-        self.lines_drawn = out.matches('\n').count();
-        let mut stdout = std::io::stdout().lock();
-        let _ = stdout.write_all(frame.as_bytes());
-        let _ = stdout.flush();
+        self.screen.draw(&out);
     }
 }
 

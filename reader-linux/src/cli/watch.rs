@@ -153,16 +153,31 @@ pub struct Screen {
     lines: usize,
 }
 
+/// The terminal's width in columns (80 when it cannot be asked).
+fn terminal_width() -> usize {
+    rustix::termios::tcgetwinsize(std::io::stdout())
+        .map(|size| usize::from(size.ws_col))
+        .ok()
+        .filter(|&cols| cols > 0)
+        .unwrap_or(80)
+}
+
 impl Screen {
-    /// Replaces the previous frame with `frame`.
+    /// Replaces the previous frame with `frame`. Lines are cut to the terminal's width:
+    /// a wrapped line would take rows the next redraw does not move back over.
     pub fn draw(&mut self, frame: &str) {
+        let width = terminal_width();
         let mut out = String::new();
         if self.lines > 0 {
             let _ = write!(out, "\x1b[{}A", self.lines);
         }
         out.push_str("\x1b[J");
-        out.push_str(frame);
-        self.lines = frame.matches('\n').count();
+        self.lines = 0;
+        for line in frame.lines() {
+            out.extend(line.chars().take(width.saturating_sub(1)));
+            out.push('\n');
+            self.lines += 1;
+        }
         let mut stdout = std::io::stdout().lock();
         let _ = stdout.write_all(out.as_bytes());
         let _ = stdout.flush();
