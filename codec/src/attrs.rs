@@ -55,6 +55,8 @@ impl fmt::Display for AttrsError {
     }
 }
 
+impl core::error::Error for AttrsError {}
+
 /// Bytes the entry for `value` takes.
 pub const fn entry_len(value: &[u8]) -> usize {
     ENTRY_OVERHEAD + value.len()

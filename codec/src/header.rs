@@ -121,6 +121,8 @@ impl fmt::Display for HeaderError {
     }
 }
 
+impl core::error::Error for HeaderError {}
+
 impl ProcessContextHeader {
     /// A header for a new publication; the timestamp is left 0 (written last).
     pub const fn new(payload_size: u32, payload: u64) -> Self {

@@ -204,6 +204,8 @@ impl fmt::Display for DecodeError {
     }
 }
 
+impl core::error::Error for DecodeError {}
+
 impl From<micropb::DecodeError<core::convert::Infallible>> for DecodeError {
     fn from(e: micropb::DecodeError<core::convert::Infallible>) -> Self {
         match e {
@@ -755,6 +757,8 @@ impl fmt::Display for EncodeError {
         )
     }
 }
+
+impl core::error::Error for EncodeError {}
 
 const fn tag_len(field: u32) -> usize {
     sizeof_varint32(field << 3)

@@ -160,6 +160,8 @@ impl fmt::Display for RecordError {
     }
 }
 
+impl core::error::Error for RecordError {}
+
 impl RecordHeader {
     /// Copies the header out of the first 28 bytes of `bytes`.
     pub fn read(bytes: &[u8]) -> Result<Self, RecordError> {

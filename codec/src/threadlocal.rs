@@ -85,6 +85,8 @@ impl fmt::Display for ThreadlocalError {
     }
 }
 
+impl core::error::Error for ThreadlocalError {}
+
 /// The reference data found in a decoded process context.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct ThreadlocalView<'a> {
