@@ -42,6 +42,8 @@ mod encode;
 mod error;
 #[cfg(feature = "std")]
 pub mod global;
+#[cfg(all(test, loom))]
+mod loom;
 mod mapping;
 mod publisher;
 mod resource;

@@ -52,6 +52,8 @@ mod cleanup;
 mod context;
 mod error;
 mod key;
+#[cfg(all(test, loom))]
+mod loom;
 mod record;
 #[cfg(feature = "std")]
 mod registry;

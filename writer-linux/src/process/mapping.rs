@@ -2,12 +2,16 @@
 //!
 //! Readers in other processes read the header while this process writes it, so every
 //! header field is stored with an atomic store of its own width, and the protocol's full
-//! barriers (`fence(SeqCst)`) are placed by the caller between the steps.
+//! barriers (`fence(SeqCst)`) sit between the steps: [`publish_header`],
+//! [`update_header`] and [`withdraw_header`] are the header writes of publish, update
+//! and unpublish, in the specification's order. They write through [`HeaderCells`], so
+//! that the loom model (`loom.rs`, under `--cfg loom`) runs these very functions on a
+//! header it keeps in ordinary memory.
 
 use core::ffi::CStr;
 use core::mem::offset_of;
 use core::ptr::{null_mut, NonNull};
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use otel_ctx_codec::header::{ProcessContextHeader, HEADER_SIZE, SIGNATURE, VERSION};
 use rustix::fd::OwnedFd;
@@ -238,39 +242,111 @@ pub(crate) fn prevent_fork_inheritance(mapping: &Mapping) -> Result<(), Error> {
     })
 }
 
+/// Where the protocol writes a header: the context mapping, or a model's header in the
+/// loom tests, whose atomics cannot live in a mapping.
+pub(crate) trait HeaderCells {
+    /// Stores the 4-byte field at `offset` with one aligned atomic store.
+    fn store_u32(&self, offset: usize, value: u32);
+    /// Stores the 8-byte field at `offset` with one aligned atomic store.
+    fn store_u64(&self, offset: usize, value: u64);
+    /// The protocol's full memory barrier, `fence(SeqCst)`.
+    fn barrier(&self);
+}
+
+impl HeaderCells for Mapping {
+    fn store_u32(&self, offset: usize, value: u32) {
+        // Relaxed: what orders the header's stores for readers is the protocol's barriers.
+        self.u32_at(offset).store(value, Ordering::Relaxed);
+    }
+
+    fn store_u64(&self, offset: usize, value: u64) {
+        // Relaxed, as in `store_u32`.
+        self.u64_at(offset).store(value, Ordering::Relaxed);
+    }
+
+    fn barrier(&self) {
+        // Orders every store before it before every store after it, for readers on other
+        // CPUs; the callers say which steps it separates.
+        fence(Ordering::SeqCst);
+    }
+}
+
 /// Publish step 6: signature, version, `payload_size` and `payload`; not the timestamp.
-pub(crate) fn write_header(mapping: &Mapping, payload_size: u32, payload: u64) {
-    // Relaxed stores: the caller's barrier after this step orders all of them before the
-    // timestamp that makes them valid.
-    mapping
-        .u64_at(offset_of!(ProcessContextHeader, signature))
-        .store(u64::from_ne_bytes(SIGNATURE), Ordering::Relaxed);
-    mapping
-        .u32_at(offset_of!(ProcessContextHeader, version))
-        .store(VERSION, Ordering::Relaxed);
-    swap_payload(mapping, payload_size, payload);
+pub(crate) fn write_header<H: HeaderCells + ?Sized>(header: &H, payload_size: u32, payload: u64) {
+    // The barrier after this step orders all of these stores before the timestamp that
+    // makes them valid.
+    header.store_u64(
+        offset_of!(ProcessContextHeader, signature),
+        u64::from_ne_bytes(SIGNATURE),
+    );
+    header.store_u32(offset_of!(ProcessContextHeader, version), VERSION);
+    swap_payload(header, payload_size, payload);
 }
 
 /// Update step 4: point the header at the new payload.
-pub(crate) fn swap_payload(mapping: &Mapping, payload_size: u32, payload: u64) {
-    // Relaxed stores between two barriers of the caller: the one before orders them after
-    // the timestamp's 0, the one after orders them before the new timestamp.
-    mapping
-        .u32_at(offset_of!(ProcessContextHeader, payload_size))
-        .store(payload_size, Ordering::Relaxed);
-    mapping
-        .u64_at(offset_of!(ProcessContextHeader, payload))
-        .store(payload, Ordering::Relaxed);
+pub(crate) fn swap_payload<H: HeaderCells + ?Sized>(header: &H, payload_size: u32, payload: u64) {
+    // Stores between two barriers of the update: the one before orders them after the
+    // timestamp's 0, the one after orders them before the new timestamp.
+    header.store_u32(offset_of!(ProcessContextHeader, payload_size), payload_size);
+    header.store_u64(offset_of!(ProcessContextHeader, payload), payload);
 }
 
 /// Publish step 8, update steps 2 and 6, unpublish step 1: write
 /// `monotonic_published_at_ns` (0 = being changed).
-pub(crate) fn write_timestamp(mapping: &Mapping, monotonic_published_at_ns: u64) {
+pub(crate) fn write_timestamp<H: HeaderCells + ?Sized>(header: &H, monotonic_published_at_ns: u64) {
     // One aligned 64-bit atomic store, so a reader never sees half a timestamp; its order
-    // relative to the other fields comes from the caller's barriers.
-    mapping
-        .u64_at(offset_of!(ProcessContextHeader, monotonic_published_at_ns))
-        .store(monotonic_published_at_ns, Ordering::Relaxed);
+    // relative to the other fields comes from the barriers around it.
+    header.store_u64(
+        offset_of!(ProcessContextHeader, monotonic_published_at_ns),
+        monotonic_published_at_ns,
+    );
+}
+
+/// Publish steps 6 to 8 on a header nobody could read yet: the fields, a barrier, then
+/// `monotonic_published_at_ns`, non-zero, last.
+pub(crate) fn publish_header<H: HeaderCells + ?Sized>(
+    header: &H,
+    payload_size: u32,
+    payload: u64,
+    monotonic_published_at_ns: u64,
+) {
+    // Step 6.
+    write_header(header, payload_size, payload);
+    // Step 7: every header field above is ordered before the timestamp that makes it valid.
+    header.barrier();
+    // Step 8.
+    write_timestamp(header, monotonic_published_at_ns);
+}
+
+/// Update steps 2 to 6: timestamp 0, barrier, new `payload_size` and `payload`, barrier,
+/// the new `monotonic_published_at_ns` (strictly greater than the old one: the caller's
+/// [`next_timestamp`]). The old payload may be freed only after this returns.
+pub(crate) fn update_header<H: HeaderCells + ?Sized>(
+    header: &H,
+    payload_size: u32,
+    payload: u64,
+    monotonic_published_at_ns: u64,
+) {
+    // Step 2: timestamp 0 tells readers the context is being changed.
+    write_timestamp(header, 0);
+    // Step 3: the 0 is ordered before the payload fields change, so a reader that sees a
+    // new pointer or size also sees the 0 (or a later timestamp).
+    header.barrier();
+    // Step 4: point the header at the new payload.
+    swap_payload(header, payload_size, payload);
+    // Step 5: the new pointer and size are ordered before the new timestamp.
+    header.barrier();
+    // Step 6.
+    write_timestamp(header, monotonic_published_at_ns);
+}
+
+/// Unpublish steps 1 and 2: timestamp 0, then a barrier that orders it before whatever
+/// the caller does next (unmap the header, free the payload).
+pub(crate) fn withdraw_header<H: HeaderCells + ?Sized>(header: &H) {
+    // Step 1: readers that still find the mapping see "being changed".
+    write_timestamp(header, 0);
+    // Step 2: the 0 is ordered before the unmap and the payload's release.
+    header.barrier();
 }
 
 /// Publish step 9, update step 7: name the mapping `OTEL_CTX`. Always called, even where

@@ -1,14 +1,14 @@
 //! The publisher: the one writer of this process's context.
 
 use alloc::boxed::Box;
-use core::sync::atomic::{fence, AtomicI32, Ordering};
+use core::sync::atomic::{AtomicI32, Ordering};
 
 use otel_ctx_codec::header::ProcessContextHeader;
 
 use super::encode::encode_payload;
 use super::mapping::{
     create_memfd, map_anonymous, map_memfd, mapping_len, name_mapping, next_timestamp,
-    prevent_fork_inheritance, size_memfd, swap_payload, write_header, write_timestamp, Backing,
+    prevent_fork_inheritance, publish_header, size_memfd, update_header, withdraw_header, Backing,
     Mapping, Syscalls,
 };
 use super::{Attributes, Error, Resource};
@@ -115,18 +115,15 @@ impl Publisher {
         };
         // Step 1: encode the new payload.
         let payload = encode_payload(resource.attributes(), &attributes)?;
-        // Step 2: timestamp 0 tells readers the context is being changed.
-        write_timestamp(mapping, 0);
-        // Step 3: the 0 is ordered before the payload fields change, so a reader that
-        // sees a new pointer or size also sees the 0 (or a later timestamp).
-        fence(Ordering::SeqCst);
-        // Step 4: point the header at the new payload.
-        swap_payload(mapping, payload_size(&payload), payload.as_ptr() as u64);
-        // Step 5: the new pointer and size are ordered before the new timestamp.
-        fence(Ordering::SeqCst);
-        // Step 6: strictly after the previous timestamp.
+        // Step 6's timestamp, strictly after the previous one.
         let monotonic_published_at_ns = next_timestamp(self.monotonic_published_at_ns);
-        write_timestamp(mapping, monotonic_published_at_ns);
+        // Steps 2 to 6: timestamp 0, barrier, new pointer and size, barrier, new timestamp.
+        update_header(
+            mapping,
+            payload_size(&payload),
+            payload.as_ptr() as u64,
+            monotonic_published_at_ns,
+        );
         // Step 7: name the mapping again, unconditionally.
         self.named = name_mapping(mapping, &self.syscalls).is_ok();
         // Only now, after the new timestamp, the old payload may go.
@@ -166,10 +163,9 @@ impl Publisher {
             mapping.abandon();
             return Ok(());
         }
-        // Step 1: readers that still find the mapping see "being changed".
-        write_timestamp(&mapping, 0);
-        // Step 2: the 0 is ordered before the unmap (and the payload's release).
-        fence(Ordering::SeqCst);
+        // Steps 1 and 2: timestamp 0, and a barrier that orders it before the unmap and
+        // the payload's release.
+        withdraw_header(&mapping);
         let unmapped = mapping.unmap();
         // Step 4: free the payload, which nothing points to any more.
         self.payload = Box::default();
@@ -289,18 +285,19 @@ fn publish_mapping(
     };
     // From here on, an error drops `mapping`, which unmaps it.
     prevent_fork_inheritance(&mapping)?;
-    write_header(&mapping, payload_size, payload.as_ptr() as u64);
-    // Step 7: every header field above is ordered before the timestamp that makes it valid.
-    fence(Ordering::SeqCst);
+    // Steps 6 to 8: the header fields, a barrier, the timestamp last.
     let monotonic_published_at_ns = next_timestamp(0);
-    write_timestamp(&mapping, monotonic_published_at_ns);
+    publish_header(
+        &mapping,
+        payload_size,
+        payload.as_ptr() as u64,
+        monotonic_published_at_ns,
+    );
     let named = name_mapping(&mapping, syscalls);
     match (mapping.backing(), named) {
         (Backing::Anonymous { memfd_error }, Err(naming)) => {
             // Nobody can find it: withdraw it before unmapping, as unpublish does.
-            write_timestamp(&mapping, 0);
-            // The 0 is ordered before the unmap.
-            fence(Ordering::SeqCst);
+            withdraw_header(&mapping);
             // The unmap's own error is secondary to the one reported.
             let _ = mapping.unmap();
             Err(Error::Undiscoverable {

@@ -14,6 +14,11 @@
 //! them invisible (inside `valid = 0`, or past `attrs_data_size`), and compiler fences
 //! keep the stores in protocol order. A record is only ever written by one thread at a
 //! time, and readers only run while that thread is stopped, so no CPU barrier is needed.
+//!
+//! The protocol's steps ([`write_update`], [`write_append`], [`write_truncate`]) write
+//! through [`RecordWrites`]: [`RecordPtr`] writes the heap record, and the loom model
+//! (`loom.rs`, under `--cfg loom`) runs the same functions on a model record to check them
+//! against a reader that stops the thread anywhere.
 
 use core::alloc::Layout;
 use core::ptr::{self, NonNull};
@@ -158,25 +163,18 @@ impl RecordPtr {
         attrs: &[(Key, &str)],
     ) -> Result<(), ContextError> {
         let attrs_data_size = checked_attrs_len(attrs, self.capacity())?;
-        let record = self.0.as_ptr();
-        self.valid().store(0, Ordering::Relaxed);
-        // Orders `valid = 0` before the field writes below: a reader that sees any new
-        // byte also sees `valid = 0` and skips the record.
-        compiler_fence(Ordering::Release);
-        // SAFETY: all writes are inside the record: the header, then `attrs_data_size`
-        // bytes of attrs-data, which `checked_attrs_len` bounded by the capacity.
+        // SAFETY: the caller's guarantees; `checked_attrs_len` bounded the entries by the
+        // capacity and every value by 255 bytes.
         unsafe {
-            ptr::copy_nonoverlapping(trace_id.as_ptr(), record.add(TRACE_ID_OFFSET), 16);
-            ptr::copy_nonoverlapping(span_id.as_ptr(), record.add(SPAN_ID_OFFSET), 8);
-            record.add(TRACE_FLAGS_OFFSET).write(trace_flags);
-            write_entries(record.add(ATTRS_DATA_OFFSET), attrs);
-        }
-        self.attrs_data_size_atomic()
-            .store(attrs_data_size as u16, Ordering::Relaxed);
-        // Orders every field write above before `valid = 1`: a reader that sees
-        // `valid = 1` sees the whole new record.
-        compiler_fence(Ordering::Release);
-        self.valid().store(VALID, Ordering::Relaxed);
+            write_update(
+                self,
+                trace_id,
+                span_id,
+                trace_flags,
+                attrs,
+                attrs_data_size as u16,
+            )
+        };
         Ok(())
     }
 
@@ -240,20 +238,8 @@ impl RecordPtr {
     /// The entry must fit in the record, `value` must be at most 255 bytes.
     #[inline(always)]
     unsafe fn publish_entry(self, at: usize, key: Key, value: &[u8]) {
-        // SAFETY: the caller checked the entry fits; these bytes are past
-        // `attrs_data_size`, which readers ignore, so no `valid` toggle is needed.
-        unsafe {
-            let dst = self.0.as_ptr().add(ATTRS_DATA_OFFSET + at);
-            dst.write(key.index());
-            dst.add(1).write(value.len() as u8);
-            copy_value(value.as_ptr(), dst.add(ENTRY_OVERHEAD), value.len());
-        }
-        // Orders the entry bytes before the size store that makes them visible.
-        compiler_fence(Ordering::Release);
-        self.attrs_data_size_atomic().store(
-            (at + ENTRY_OVERHEAD + value.len()) as u16,
-            Ordering::Relaxed,
-        );
+        // SAFETY: guaranteed by the caller.
+        unsafe { write_append(self, at, key, value) }
     }
 
     /// Keeps the first `keep` entries (all of them when there are fewer) by lowering
@@ -262,27 +248,8 @@ impl RecordPtr {
     /// # Safety
     /// The record must be live and written by no other thread.
     pub(crate) unsafe fn truncate_attrs(self, keep: usize) -> usize {
-        let size = self.attrs_data_size();
-        let data = self.0.as_ptr().wrapping_add(ATTRS_DATA_OFFSET);
-        let mut at = 0;
-        let mut kept = 0;
-        while kept < keep && at + ENTRY_OVERHEAD <= size {
-            // SAFETY: `at + 1 < size`, inside the attrs-data this writer produced.
-            let len = usize::from(unsafe { data.add(at + 1).read() });
-            if at + ENTRY_OVERHEAD + len > size {
-                break;
-            }
-            at += ENTRY_OVERHEAD + len;
-            kept += 1;
-        }
-        if at < size {
-            self.attrs_data_size_atomic()
-                .store(at as u16, Ordering::Relaxed);
-            // Orders the lower size before any later write into the bytes it released
-            // (an `append` that follows reuses them).
-            compiler_fence(Ordering::Release);
-        }
-        kept
+        // SAFETY: guaranteed by the caller.
+        unsafe { write_truncate(self, keep) }
     }
 
     /// Number of entries in attrs-data.
@@ -322,23 +289,170 @@ fn checked_attrs_len(attrs: &[(Key, &str)], capacity: usize) -> Result<usize, Co
     Ok(total)
 }
 
-/// Writes the entries one after the other from `dst`.
-///
-/// # Safety
-/// `dst` must be valid for the writes of all entries (as computed by
-/// `checked_attrs_len`), and every value must be at most 255 bytes.
-#[inline(always)]
-unsafe fn write_entries(dst: *mut u8, attrs: &[(Key, &str)]) {
-    let mut at = dst;
-    for (key, value) in attrs {
-        // SAFETY: the caller sized `dst` for all entries.
+/// The stores of the writer protocol on one record: the atomic `valid` and
+/// `attrs_data_size`, the plain stores of the other fields, and the compiler fences
+/// between the steps. [`RecordPtr`] implements it on the heap record; the loom model, on
+/// a model record that sees every store and fence.
+pub(crate) trait RecordWrites: Copy {
+    /// Stores `valid` with one atomic byte store.
+    fn store_valid(self, valid: u8);
+    /// `attrs_data_size`, as this thread last stored it.
+    fn load_attrs_data_size(self) -> u16;
+    /// Stores `attrs_data_size` with one atomic 16-bit store, never two bytes.
+    fn store_attrs_data_size(self, attrs_data_size: u16);
+    /// Writes `trace_id`, `span_id` and `trace_flags` with plain stores.
+    ///
+    /// # Safety
+    /// The record must be live and written by no other thread.
+    unsafe fn write_ids(self, trace_id: &[u8; 16], span_id: &[u8; 8], trace_flags: u8);
+    /// Writes the entry `key, len, value` at attrs-data offset `at` with plain stores.
+    ///
+    /// # Safety
+    /// The record must be live and written by no other thread; the entry must fit in it
+    /// and `value` must be at most 255 bytes.
+    unsafe fn write_entry(self, at: usize, key: u8, value: &[u8]);
+    /// Attrs-data byte `at`, as this thread wrote it.
+    ///
+    /// # Safety
+    /// `at` must be below the current `attrs_data_size`.
+    unsafe fn attrs_byte(self, at: usize) -> u8;
+    /// `compiler_fence(Release)`: the stores before it are emitted before the stores
+    /// after it, so a reader that stops the thread between two instructions never sees a
+    /// later step without the earlier ones.
+    fn step_fence(self);
+}
+
+impl RecordWrites for RecordPtr {
+    #[inline(always)]
+    fn store_valid(self, valid: u8) {
+        self.valid().store(valid, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    fn load_attrs_data_size(self) -> u16 {
+        self.attrs_data_size_atomic().load(Ordering::Relaxed)
+    }
+
+    #[inline(always)]
+    fn store_attrs_data_size(self, attrs_data_size: u16) {
+        self.attrs_data_size_atomic()
+            .store(attrs_data_size, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    unsafe fn write_ids(self, trace_id: &[u8; 16], span_id: &[u8; 8], trace_flags: u8) {
+        let record = self.0.as_ptr();
+        // SAFETY: bytes 0..24 and 25 of a live record this thread alone writes.
         unsafe {
-            at.write(key.index());
-            at.add(1).write(value.len() as u8);
-            copy_value(value.as_ptr(), at.add(ENTRY_OVERHEAD), value.len());
-            at = at.add(ENTRY_OVERHEAD + value.len());
+            ptr::copy_nonoverlapping(trace_id.as_ptr(), record.add(TRACE_ID_OFFSET), 16);
+            ptr::copy_nonoverlapping(span_id.as_ptr(), record.add(SPAN_ID_OFFSET), 8);
+            record.add(TRACE_FLAGS_OFFSET).write(trace_flags);
         }
     }
+
+    #[inline(always)]
+    unsafe fn write_entry(self, at: usize, key: u8, value: &[u8]) {
+        // SAFETY: the caller guarantees the entry fits in the record.
+        unsafe {
+            let dst = self.0.as_ptr().add(ATTRS_DATA_OFFSET + at);
+            dst.write(key);
+            dst.add(1).write(value.len() as u8);
+            copy_value(value.as_ptr(), dst.add(ENTRY_OVERHEAD), value.len());
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn attrs_byte(self, at: usize) -> u8 {
+        // SAFETY: `at < attrs_data_size <= capacity - 28`, inside the record.
+        unsafe { self.0.as_ptr().add(ATTRS_DATA_OFFSET + at).read() }
+    }
+
+    #[inline(always)]
+    fn step_fence(self) {
+        compiler_fence(Ordering::Release);
+    }
+}
+
+/// In-place update of a record (writer protocol): `valid = 0`, the ids, flags, attrs-data
+/// and `attrs_data_size`, then `valid = 1`.
+///
+/// # Safety
+/// The record must be live and written by no other thread; the entries must take exactly
+/// `attrs_data_size` bytes and fit in the record, every value at most 255 bytes.
+#[inline(always)]
+pub(crate) unsafe fn write_update<W: RecordWrites>(
+    record: W,
+    trace_id: &[u8; 16],
+    span_id: &[u8; 8],
+    trace_flags: u8,
+    attrs: &[(Key, &str)],
+    attrs_data_size: u16,
+) {
+    record.store_valid(0);
+    // Orders `valid = 0` before the field writes below: a reader that sees any new byte
+    // also sees `valid = 0` and skips the record.
+    record.step_fence();
+    // SAFETY: guaranteed by the caller; the entries are written one after the other from
+    // attrs-data offset 0 and end at `attrs_data_size`.
+    unsafe {
+        record.write_ids(trace_id, span_id, trace_flags);
+        let mut at = 0;
+        for (key, value) in attrs {
+            record.write_entry(at, key.index(), value.as_bytes());
+            at += ENTRY_OVERHEAD + value.len();
+        }
+    }
+    record.store_attrs_data_size(attrs_data_size);
+    // Orders every field write above before `valid = 1`: a reader that sees `valid = 1`
+    // sees the whole new record.
+    record.step_fence();
+    record.store_valid(VALID);
+}
+
+/// Growing attrs-data in place (writer protocol): the entry past `attrs_data_size`
+/// (which is `at`), then the new size.
+///
+/// # Safety
+/// The record must be live and written by no other thread; `at` must be the current
+/// `attrs_data_size`, the entry must fit in the record and `value` must be at most 255
+/// bytes.
+#[inline(always)]
+pub(crate) unsafe fn write_append<W: RecordWrites>(record: W, at: usize, key: Key, value: &[u8]) {
+    // SAFETY: guaranteed by the caller. These bytes are past `attrs_data_size`, which
+    // readers ignore, so no `valid` toggle is needed.
+    unsafe { record.write_entry(at, key.index(), value) };
+    // Orders the entry bytes before the size store that makes them visible.
+    record.step_fence();
+    record.store_attrs_data_size((at + ENTRY_OVERHEAD + value.len()) as u16);
+}
+
+/// Shrinking attrs-data in place (writer protocol): keeps the first `keep` entries (all
+/// of them when there are fewer) by lowering `attrs_data_size`. Returns the number of
+/// entries kept.
+///
+/// # Safety
+/// The record must be live and written by no other thread.
+#[inline(always)]
+pub(crate) unsafe fn write_truncate<W: RecordWrites>(record: W, keep: usize) -> usize {
+    let size = usize::from(record.load_attrs_data_size());
+    let mut at = 0;
+    let mut kept = 0;
+    while kept < keep && at + ENTRY_OVERHEAD <= size {
+        // SAFETY: `at + 1 < size`, inside the attrs-data this writer produced.
+        let len = usize::from(unsafe { record.attrs_byte(at + 1) });
+        if at + ENTRY_OVERHEAD + len > size {
+            break;
+        }
+        at += ENTRY_OVERHEAD + len;
+        kept += 1;
+    }
+    if at < size {
+        record.store_attrs_data_size(at as u16);
+        // Orders the lower size before any later write into the bytes it released (an
+        // append that follows reuses them).
+        record.step_fence();
+    }
+    kept
 }
 
 /// Copies `len` bytes from `src` to `dst` without calling `memcpy`: attribute values are

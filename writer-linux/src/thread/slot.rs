@@ -103,6 +103,39 @@ pub(crate) fn load() -> *mut Record {
     slot().load(Ordering::Relaxed)
 }
 
+/// A TLS slot as [`replace_in`] writes it: this thread's `otel_thread_ctx_v1`
+/// ([`ThisThread`]), or a model's slot in the loom tests (`loom.rs`, under `--cfg loom`).
+pub(crate) trait SlotWrites: Copy {
+    /// The record the slot points at.
+    fn load(self) -> *mut Record;
+    /// Points the slot at `record`, with one atomic 8-byte store.
+    fn store(self, record: *mut Record);
+    /// `compiler_fence(Release)`: the stores before it are emitted before the stores
+    /// after it.
+    fn step_fence(self);
+}
+
+/// The calling thread's `otel_thread_ctx_v1`.
+#[derive(Clone, Copy)]
+pub(crate) struct ThisThread;
+
+impl SlotWrites for ThisThread {
+    #[inline(always)]
+    fn load(self) -> *mut Record {
+        load()
+    }
+
+    #[inline(always)]
+    fn store(self, record: *mut Record) {
+        slot().store(record, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    fn step_fence(self) {
+        core::sync::atomic::compiler_fence(Ordering::Release);
+    }
+}
+
 /// Points the slot at `record` (or NULL) and returns what it pointed at.
 ///
 /// `record`, when not NULL, must be a complete record with `valid == 1`. This is a load
@@ -111,16 +144,21 @@ pub(crate) fn load() -> *mut Record {
 /// complete record.
 #[inline(always)]
 pub(crate) fn replace(record: *mut Record) -> *mut Record {
-    let slot = slot();
-    let previous = slot.load(Ordering::Relaxed);
+    replace_in(ThisThread, record)
+}
+
+/// Attach and detach (writer protocol) on `slot`: see [`replace`].
+#[inline(always)]
+pub(crate) fn replace_in<S: SlotWrites>(slot: S, record: *mut Record) -> *mut Record {
+    let previous = slot.load();
     // Orders every write that built `record` (its bytes and `valid = 1`) before the store
     // that makes it reachable from the slot: a reader that finds the pointer finds the
     // whole record.
-    core::sync::atomic::compiler_fence(Ordering::Release);
-    slot.store(record, Ordering::Relaxed);
+    slot.step_fence();
+    slot.store(record);
     // Orders the slot store before every later write, in particular the caller changing
     // or freeing `previous`: no reader can reach `previous` once those writes start.
-    core::sync::atomic::compiler_fence(Ordering::Release);
+    slot.step_fence();
     previous
 }
 
