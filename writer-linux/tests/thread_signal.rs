@@ -153,6 +153,40 @@ fn pin_to_cpu(cpu: usize) {
     }
 }
 
+/// A CLOCK_MONOTONIC timer that sends SIGPROF to thread `tid` every 20 us.
+fn writer_timer(tid: libc::pid_t) -> libc::timer_t {
+    // SAFETY: a zeroed sigevent is valid; the fields set below select SIGEV_THREAD_ID
+    // delivery of SIGPROF to `tid`, a thread of this process that outlives the timer.
+    unsafe {
+        let mut event: libc::sigevent = std::mem::zeroed();
+        event.sigev_notify = libc::SIGEV_THREAD_ID;
+        event.sigev_signo = libc::SIGPROF;
+        event.sigev_notify_thread_id = tid;
+        let mut timer: libc::timer_t = std::mem::zeroed();
+        assert_eq!(
+            libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer),
+            0,
+            "timer_create: {}",
+            std::io::Error::last_os_error()
+        );
+        let period = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 20_000,
+        };
+        let spec = libc::itimerspec {
+            it_interval: period,
+            it_value: period,
+        };
+        assert_eq!(
+            libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()),
+            0,
+            "timer_settime: {}",
+            std::io::Error::last_os_error()
+        );
+        timer
+    }
+}
+
 /// Signals required. qemu-user delivers signals to an emulated aarch64 thread far more
 /// slowly, so that build asks for fewer (printed with the result).
 fn required_signals() -> u64 {
@@ -189,9 +223,12 @@ fn every_valid_record_seen_by_a_signal_handler_is_consistent() {
 
     let stop = AtomicBool::new(false);
     let writer_pthread = AtomicU64::new(0);
+    let writer_tid = AtomicU64::new(0);
     let started = Instant::now();
     let iterations = std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
+            // SAFETY: gettid has no preconditions.
+            writer_tid.store(unsafe { libc::gettid() } as u64, Ordering::SeqCst);
             // SAFETY: pthread_self has no preconditions.
             writer_pthread.store(unsafe { libc::pthread_self() } as u64, Ordering::SeqCst);
             pin_to_cpu(1);
@@ -232,12 +269,18 @@ fn every_valid_record_seen_by_a_signal_handler_is_consistent() {
             std::thread::sleep(Duration::from_millis(1));
         }
         let target = writer_pthread.load(Ordering::SeqCst) as libc::pthread_t;
+        // Two sources of signals: a high-resolution timer aimed at the writer thread,
+        // which expires on the writer's own CPU and so interrupts it wherever it is, even
+        // when the machine is busy; and this thread's pthread_kill, from the other CPU.
+        let timer = writer_timer(writer_tid.load(Ordering::SeqCst) as libc::pid_t);
         pin_to_cpu(0);
         while SIGNALS.load(Ordering::Relaxed) < required && started.elapsed() < budget {
             // SAFETY: the writer thread runs until `stop` is set below.
             let rc = unsafe { libc::pthread_kill(target, libc::SIGPROF) };
             assert_eq!(rc, 0);
         }
+        // SAFETY: `timer` was created above and is deleted once.
+        unsafe { libc::timer_delete(timer) };
         stop.store(true, Ordering::Relaxed);
         writer.join().unwrap()
     });
