@@ -298,7 +298,9 @@ impl ElfTls {
                     && match (kind, local_offset) {
                         (_, None) => false,
                         (Relocated::GeneralDynamic, Some(offset)) => {
-                            let second = file_word(header, endian, data, got_vaddr + 8);
+                            let second = got_vaddr
+                                .checked_add(8)
+                                .and_then(|at| file_word(header, endian, data, at));
                             if second == Some(offset) {
                                 true
                             } else {

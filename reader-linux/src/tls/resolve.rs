@@ -329,11 +329,17 @@ pub fn resolve_for(
     // The executable's own accesses are relaxed to local exec by the linker: its block
     // sits at a fixed distance from the thread pointer.
     if defining.is_main && defining.elf.relocs.is_empty() {
+        // Values come from the file and may be anything: the arithmetic wraps, as the
+        // CPU's does, and a nonsensical address fails later as unreadable memory.
         let offset = match machine {
             // Variant II: the block ends at the thread pointer.
-            Machine::X86_64 => symbol.value as i64 - round_up(segment.memsz, segment.align) as i64,
+            Machine::X86_64 => {
+                (symbol.value as i64).wrapping_sub(round_up(segment.memsz, segment.align) as i64)
+            }
             // Variant I: a 16-byte TCB, then the block, aligned.
-            Machine::Aarch64 => round_up(16, segment.align) as i64 + symbol.value as i64,
+            Machine::Aarch64 => {
+                (round_up(16, segment.align) as i64).wrapping_add(symbol.value as i64)
+            }
         };
         return Ok(done(
             defining,
