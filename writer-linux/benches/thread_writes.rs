@@ -1,20 +1,51 @@
-//! Thread-context writes of this crate: attach+detach, swap, in-place update with 0, 2 and
-//! 8 attributes (`update`), and the same updates writing exactly the bytes libdd writes
-//! (`update_same_bytes`: libdd always adds a local-root-span-id entry). `thread_writes_libdd.rs` measures the same operations with
-//! `libdd-otel-thread-ctx` 2.0.1 (a separate binary: both crates define the
-//! `otel_thread_ctx_v1` symbol, so they cannot link into one). Run both with
-//! `cargo bench -p otel-ctx-writer --bench thread_writes --bench thread_writes_libdd`.
+//! Thread-context writes of this crate, side by side with `thread_writes_libdd.rs`
+//! (`libdd-otel-thread-ctx` 2.0.1) and `thread_writes_custom_labels.rs` (`custom-labels`
+//! 0.4.6), each in its own binary: libdd and this crate both define the
+//! `otel_thread_ctx_v1` symbol, so they cannot link into one. `scripts/bench.sh` runs them
+//! all and prints the ratios.
+//!
+//! Rows:
+//! - `attach_detach`, `swap`: moving an owned context in and out of the slot.
+//! - `update/N`: in-place update with N attributes, as a caller of this crate writes them.
+//!   libdd's `update/N` writes N attributes plus its local-root-span-id entry, which it
+//!   cannot leave out.
+//! - `update_same_bytes/N`: the bytes libdd's `update/N` writes, from the same input: the
+//!   caller hex-encodes the 8-byte local root span id on every update (with
+//!   [`inputs::hex_wide`]) and passes it as attribute 0, then the N attributes.
+//! - `update_same_bytes_hex_table/N`: the same, hex-encoding with libdd's algorithm (one
+//!   table look-up and one byte store per digit).
+//! - `with_labels_2`: the closest operation to custom-labels' `with_labels` of 2 labels: a
+//!   2-attribute context attached for the duration of a closure, then the previous one
+//!   restored. `new` allocates the context each time (`ThreadContext::new`, `attach_scoped`,
+//!   drop), as custom-labels allocates its label copies; `reuse` updates a context kept
+//!   from the previous call instead.
+//!
+//! Every update row builds its attribute list on each call, from inputs the optimizer
+//! cannot see through, as a caller does (the libdd rows do the same).
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use otel_ctx_writer::thread::{self, Key, ThreadContext};
 
 #[path = "thread_inputs.rs"]
 mod inputs;
 
 const NAME: &str = "otel-ctx-writer";
+
+/// Key of the local root span id in the `update_same_bytes` rows, as in libdd.
+const ROOT_KEY: Key = Key::from_index(0);
+
+/// Attribute 0 (the local root span id, filled in on each call) and keys 1..=8 with the
+/// values of the inputs.
+fn template() -> [(Key, &'static str); 9] {
+    core::array::from_fn(|i| match i {
+        0 => (ROOT_KEY, ""),
+        _ => (Key::from_index(i as u8), inputs::VALUES[i - 1]),
+    })
+}
 
 fn attach_detach(c: &mut Criterion) {
     let mut held = Some(ThreadContext::new(inputs::TRACE_ID, inputs::SPAN_ID, 1, &[]).unwrap());
@@ -42,58 +73,100 @@ fn swap(c: &mut Criterion) {
     drop(thread::detach());
 }
 
+/// `update/N`: N attributes.
+fn update_n<const N: usize>(group: &mut BenchmarkGroup<'_, WallTime>) {
+    let template = template();
+    group.bench_function(format!("{NAME}/{N}"), |b| {
+        b.iter(|| {
+            let attrs: [(Key, &str); N] = inputs::first(&black_box(&template)[1..]);
+            thread::update(
+                black_box(inputs::TRACE_ID),
+                black_box(inputs::SPAN_ID),
+                1,
+                black_box(&attrs[..]),
+            )
+            .unwrap();
+        })
+    });
+}
+
+/// `update_same_bytes/N` (`LEN = N + 1`): the local root span id, hex-encoded by `hex`,
+/// then N attributes.
+fn update_same_bytes_n<const LEN: usize>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    hex: impl for<'a> Fn([u8; 8], &'a mut [u8; 16]) -> &'a str,
+) {
+    let template = template();
+    group.bench_function(format!("{NAME}/{}", LEN - 1), |b| {
+        b.iter(|| {
+            let mut digits = [0; 16];
+            let root = hex(black_box(inputs::LOCAL_ROOT_SPAN_ID), &mut digits);
+            let mut attrs: [(Key, &str); LEN] = inputs::first(black_box(&template));
+            attrs[0].1 = root;
+            thread::update(
+                black_box(inputs::TRACE_ID),
+                black_box(inputs::SPAN_ID),
+                1,
+                black_box(&attrs[..]),
+            )
+            .unwrap();
+        })
+    });
+}
+
 fn update(c: &mut Criterion) {
-    let keys: Vec<Key> = (0..=8).map(Key::from_index).collect();
+    inputs::check_hex();
     ThreadContext::new(inputs::TRACE_ID, inputs::SPAN_ID, 1, &[])
         .unwrap()
         .attach();
-    // N attributes, as a caller of this crate writes them.
     let mut group = c.benchmark_group("update");
-    for count in inputs::COUNTS {
-        let mut attrs = [(keys[0], ""); 8];
-        for (i, value) in inputs::VALUES[..count].iter().enumerate() {
-            attrs[i] = (keys[i + 1], *value);
-        }
-        group.bench_function(format!("{NAME}/{count}"), |b| {
-            b.iter(|| {
-                thread::update(
-                    black_box(inputs::TRACE_ID),
-                    black_box(inputs::SPAN_ID),
-                    1,
-                    black_box(&attrs[..count]),
-                )
-                .unwrap();
-            })
-        });
-    }
+    update_n::<0>(&mut group);
+    update_n::<2>(&mut group);
+    update_n::<8>(&mut group);
     group.finish();
-    // The bytes libdd writes for N attributes: its local-root-span-id entry (16 hex
-    // digits, key 0, encoded on every update) and then the N attributes.
     let mut group = c.benchmark_group("update_same_bytes");
-    for count in inputs::COUNTS {
-        let mut root = [0u8; 16];
-        let mut attrs = [(keys[0], inputs::hex(inputs::LOCAL_ROOT_SPAN_ID, &mut root)); 9];
-        for (i, value) in inputs::VALUES[..count].iter().enumerate() {
-            attrs[i + 1] = (keys[i + 1], *value);
-        }
-        group.bench_function(format!("{NAME}/{count}"), |b| {
-            b.iter(|| {
-                // Encode the id as libdd does on every update (into a buffer equal to the
-                // one `attrs[0]` points at).
-                let mut hex = [0u8; 16];
-                black_box(inputs::hex(black_box(inputs::LOCAL_ROOT_SPAN_ID), &mut hex));
-                thread::update(
-                    black_box(inputs::TRACE_ID),
-                    black_box(inputs::SPAN_ID),
-                    1,
-                    black_box(&attrs[..=count]),
-                )
-                .unwrap();
-            })
-        });
-    }
+    update_same_bytes_n::<1>(&mut group, inputs::hex_wide);
+    update_same_bytes_n::<3>(&mut group, inputs::hex_wide);
+    update_same_bytes_n::<9>(&mut group, inputs::hex_wide);
+    group.finish();
+    let mut group = c.benchmark_group("update_same_bytes_hex_table");
+    update_same_bytes_n::<1>(&mut group, inputs::hex_table);
+    update_same_bytes_n::<3>(&mut group, inputs::hex_table);
+    update_same_bytes_n::<9>(&mut group, inputs::hex_table);
     group.finish();
     drop(thread::detach());
+}
+
+fn with_labels(c: &mut Criterion) {
+    let attrs = [
+        (Key::from_index(1), inputs::VALUES[0]),
+        (Key::from_index(2), inputs::VALUES[1]),
+    ];
+    let mut group = c.benchmark_group("with_labels_2");
+    group.bench_function(format!("{NAME}/new"), |b| {
+        b.iter(|| {
+            let guard = ThreadContext::new([0; 16], [0; 8], 0, black_box(&attrs))
+                .unwrap()
+                .attach_scoped();
+            black_box(0u8);
+            drop(guard);
+        })
+    });
+    let mut held = Some(ThreadContext::with_capacity(ThreadContext::CAPACITY).unwrap());
+    group.bench_function(format!("{NAME}/reuse"), |b| {
+        b.iter(|| {
+            let Some(mut context) = held.take() else {
+                unreachable!("the context comes back from every iteration")
+            };
+            context
+                .update([0; 16], [0; 8], 0, black_box(&attrs))
+                .unwrap();
+            let guard = context.attach_scoped();
+            black_box(0u8);
+            held = guard.detach();
+        })
+    });
+    group.finish();
 }
 
 fn config() -> Criterion {
@@ -106,6 +179,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = attach_detach, swap, update
+    targets = attach_detach, swap, update, with_labels
 }
 criterion_main!(benches);

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Runs every benchmark of this project side by side with its peers, then prints a table
+# of medians and ratios (ours / peer). See BENCHMARKS.md for the method and the rows.
+#
+#   scripts/bench.sh [RUNS]      RUNS: how many times the whole set runs (default 3)
+#
+# Each run executes the five criterion binaries of writer-linux/benches/ one after the
+# other (odd runs in one order, even runs in the reverse order, so that neither side is
+# always measured first); the table gives, per row, the median over the runs of each
+# side's criterion median and of the per-run ratios.
+#
+# As root, each binary runs with SCHED_FIFO priority pinned to the last CPU
+# (`chrt -f 50 taskset -c N`), so that other processes on the machine do not preempt it
+# mid-sample; BENCH_PIN=0 turns that off. The run needs libclang (Debian's
+# `libclang-dev`) to build custom-labels.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+runs=${1:-3}
+if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
+  echo "usage: scripts/bench.sh [RUNS]   (RUNS: a positive number, default 3)" >&2
+  exit 2
+fi
+benches=(thread_writes thread_writes_libdd thread_writes_custom_labels process_publish process_publish_libdd)
+results=target/bench-results
+criterion_dir=target/criterion
+
+pin=()
+if [ "${BENCH_PIN:-1}" != 0 ] && [ "$(id -u)" = 0 ] && command -v chrt >/dev/null &&
+  command -v taskset >/dev/null; then
+  pin=(chrt -f 50 taskset -c "$(($(nproc) - 1))")
+fi
+
+bench_args=()
+for b in "${benches[@]}"; do bench_args+=(--bench "$b"); done
+cargo bench -q -p otel-ctx-writer "${bench_args[@]}" --no-run
+
+rm -rf "$results"
+mkdir -p "$results"
+{
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs"
+  echo "kernel: $(uname -r)"
+  echo "rustc: $(rustc --version)"
+  echo "pinned: ${pin[*]:-no}"
+} | tee "$results/machine.txt"
+
+for run in $(seq 1 "$runs"); do
+  order=("${benches[@]}")
+  if [ $((run % 2)) = 0 ]; then
+    order=()
+    for ((i = ${#benches[@]} - 1; i >= 0; i--)); do order+=("${benches[i]}"); done
+  fi
+  echo "run $run/$runs: start $(uptime | sed 's/.*load average/load average/')" | tee -a "$results/machine.txt"
+  rm -rf "$criterion_dir"
+  for b in "${order[@]}"; do
+    echo "  $b"
+    "${pin[@]}" cargo bench -q -p otel-ctx-writer --bench "$b" >"$results/run-$run-$b.log" 2>&1 || {
+      cat "$results/run-$run-$b.log" >&2
+      exit 1
+    }
+  done
+  echo "run $run/$runs: end   $(uptime | sed 's/.*load average/load average/')" | tee -a "$results/machine.txt"
+  python3 - "$criterion_dir" "$results/run-$run.json" <<'EOF'
+import json, pathlib, sys
+criterion, out = pathlib.Path(sys.argv[1]), sys.argv[2]
+medians = {}
+for bench in criterion.rglob("new/benchmark.json"):
+    full_id = json.loads(bench.read_text())["full_id"]
+    estimates = json.loads((bench.parent / "estimates.json").read_text())
+    medians[full_id] = estimates["median"]["point_estimate"]
+pathlib.Path(out).write_text(json.dumps(medians, indent=1, sort_keys=True))
+EOF
+done
+
+python3 - "$results" "$runs" <<'EOF'
+import json, statistics, sys
+
+results, runs = sys.argv[1], int(sys.argv[2])
+medians = [json.load(open(f"{results}/run-{i}.json")) for i in range(1, runs + 1)]
+
+LIBDD_T = "libdd-otel-thread-ctx"
+LIBDD_P = "libdd-library-config"
+OURS = "otel-ctx-writer"
+# (row, our benchmark, peer benchmark, whether the 0.8 target applies)
+rows = [
+    ("attach+detach", f"attach_detach/{OURS}", f"attach_detach/{LIBDD_T}", True),
+    ("swap", f"swap/{OURS}", f"swap/{LIBDD_T}", True),
+]
+for n in (0, 2, 8):
+    rows.append((f"update, {n} attrs (libdd: +root entry)", f"update/{OURS}/{n}", f"update/{LIBDD_T}/{n}", True))
+for n in (0, 2, 8):
+    rows.append((f"update, same bytes, {n}+1 attrs", f"update_same_bytes/{OURS}/{n}", f"update/{LIBDD_T}/{n}", True))
+for n in (0, 2, 8):
+    rows.append((f"  same, caller hex by table", f"update_same_bytes_hex_table/{OURS}/{n}", f"update/{LIBDD_T}/{n}", False))
+rows += [
+    ("with_labels 2 (new context)", f"with_labels_2/{OURS}/new", "with_labels_2/custom-labels", True),
+    ("with_labels 2 (reused context)", f"with_labels_2/{OURS}/reuse", "with_labels_2/custom-labels", False),
+    ("process publish+unpublish", f"process_publish_unpublish/{OURS}", f"process_publish_unpublish/{LIBDD_P}", False),
+    ("process update, 300 B", f"process_update/{OURS}/300B", f"process_update/{LIBDD_P}/300B", False),
+    ("process update, 256-name key map", f"process_update/{OURS}/key_map_256", f"process_update/{LIBDD_P}/key_map_256", False),
+]
+
+def fmt(ns):
+    if ns is None:
+        return "-"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+def peer(name):
+    return "custom-labels" if "custom-labels" in name else (LIBDD_P if name.startswith("process") else LIBDD_T)
+
+print()
+print(f"Medians over {runs} run(s); ratio = ours / peer, per run and their median; target <= 0.8.")
+print()
+print("| row | peer | ours | peer time | ratio per run | median ratio | <= 0.8 |")
+print("|---|---|---|---|---|---|---|")
+missing = []
+for label, ours, theirs, target in rows:
+    a = [m.get(ours) for m in medians]
+    b = [m.get(theirs) for m in medians]
+    if None in a or None in b:
+        missing.append(label)
+        continue
+    ratios = [x / y for x, y in zip(a, b)]
+    ratio = statistics.median(ratios)
+    verdict = ("yes" if ratio <= 0.8 else "NO") if target else "(no target)"
+    print(f"| {label} | {peer(theirs)} | {fmt(statistics.median(a))} | {fmt(statistics.median(b))} "
+          f"| {' '.join(f'{r:.2f}' for r in ratios)} | {ratio:.2f} | {verdict} |")
+if missing:
+    print(f"\nmissing measurements for: {', '.join(missing)}", file=sys.stderr)
+    sys.exit(1)
+EOF
