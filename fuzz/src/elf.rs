@@ -18,7 +18,7 @@
 //! memory bytes every read fails.
 //!
 //! Checked: [`ElfTls::parse`] returns, and what it returns is consistent (relocations
-//! only with a symbol, local dynamic only without them); [`resolve`], [`resolve_for`]
+//! only with a symbol, local dynamic only without them); [`resolve()`], [`resolve_for`]
 //! and [`Resolution::slot_address`] return, and agree with the modules they were given.
 //! The fuzzer's timeout turns an endless loop into a failure.
 
