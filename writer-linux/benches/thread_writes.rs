@@ -14,11 +14,14 @@
 //!   [`inputs::hex_wide`]) and passes it as attribute 0, then the N attributes.
 //! - `update_same_bytes_hex_table/N`: the same, hex-encoding with libdd's algorithm (one
 //!   table look-up and one byte store per digit).
-//! - `with_labels_2`: the closest operation to custom-labels' `with_labels` of 2 labels: a
-//!   2-attribute context attached for the duration of a closure, then the previous one
-//!   restored. `new` allocates the context each time (`ThreadContext::new`, `attach_scoped`,
-//!   drop), as custom-labels allocates its label copies; `reuse` updates a context kept
-//!   from the previous call instead.
+//! - `with_labels_2`: this crate's operations closest to custom-labels' `with_labels` of 2
+//!   labels (set 2 labels for the duration of a closure, then restore what was there).
+//!   `append`: the 2 attributes appended to the thread's current context and truncated
+//!   away after the closure, in place, as custom-labels changes the thread's current label
+//!   set in place (the closest). `new`: a 2-attribute context allocated and attached for
+//!   the closure (`ThreadContext::new`, `attach_scoped`, drop), as custom-labels allocates
+//!   copies of its labels on every call. `reuse`: the same with a context kept from the
+//!   previous call and updated, instead of allocated.
 //!
 //! Every update row builds its attribute list on each call, from inputs the optimizer
 //! cannot see through, as a caller does (the libdd rows do the same).
@@ -166,6 +169,23 @@ fn with_labels(c: &mut Criterion) {
             held = guard.detach();
         })
     });
+    // The thread's current context gets the 2 attributes appended for the duration of the
+    // closure and then loses them again: custom-labels' `with_labels` on the thread's
+    // current label set, in place.
+    ThreadContext::new(inputs::TRACE_ID, inputs::SPAN_ID, 1, &[])
+        .unwrap()
+        .attach();
+    group.bench_function(format!("{NAME}/append"), |b| {
+        b.iter(|| {
+            let before = thread::attached_attr_count().unwrap();
+            for (key, value) in black_box(&attrs) {
+                thread::append(*key, value).unwrap();
+            }
+            black_box(0u8);
+            thread::truncate_attrs(before).unwrap();
+        })
+    });
+    drop(thread::detach());
     group.finish();
 }
 
