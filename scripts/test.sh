@@ -39,6 +39,16 @@ no_static_tls=GLIBC_TUNABLES=glibc.rtld.optional_static_tls=0
 run_tests env "$no_static_tls" cargo test -p otel-ctx-reader --target aarch64-unknown-linux-gnu --test tls_selfcheck
 run_tests env "$no_static_tls" cargo test -p otel-ctx-reader --test tls_selfcheck
 
+step "loom models of the publication protocols (release, at most 3 preemptions)"
+run_tests env LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+  cargo test -p otel-ctx-writer --release --lib loom
+
+step "miri on the codec"
+bash scripts/miri.sh 2>&1 | tee -a "$log"
+
+step "fuzzing: every target for a short bounded time"
+bash scripts/fuzz.sh
+
 # Sum every test binary's result line into one closing line.
 passed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
