@@ -25,11 +25,14 @@ cargo +nightly miri test -p otel-ctx-codec --lib
 # The property tests read PROPTEST_CASES from the environment and look up their source
 # file for proptest's failure persistence, so Miri's isolation is off for them. They
 # leak their encoder input on purpose (a borrowed tree must outlive the case), so leaks
-# are not errors here.
+# are not errors here. reference_data_round_trips is left out: one case (up to 258
+# random names, each looked up by index) runs for over ten minutes under Miri; the unit
+# tests above run the same key-map code.
 cases=${MIRI_PROPTEST_CASES:-1}
 echo "=== miri: codec property tests, $cases case(s) each"
 PROPTEST_CASES=$cases \
     MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-disable-isolation -Zmiri-ignore-leaks" \
-    cargo +nightly miri test -p otel-ctx-codec --test properties
+    cargo +nightly miri test -p otel-ctx-codec --test properties -- \
+    --skip reference_data_round_trips
 
 echo "miri: done in $(($(date +%s) - start)) s"
