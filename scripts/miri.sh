@@ -19,8 +19,9 @@ fi
 rustup component add --toolchain nightly miri rust-src
 cargo +nightly miri setup
 
+# Strict provenance: no integer-to-pointer casts anywhere the codec's tests reach.
 echo "=== miri: codec unit tests"
-cargo +nightly miri test -p otel-ctx-codec --lib
+MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-strict-provenance" cargo +nightly miri test -p otel-ctx-codec --lib
 
 # The property tests read PROPTEST_CASES from the environment and look up their source
 # file for proptest's failure persistence, so Miri's isolation is off for them. They
