@@ -5,7 +5,10 @@
 //! it is stopped the reader takes its thread pointer and copies the slot, the record
 //! header and the attrs-data. [`StoppedThread`] detaches on drop, on every path, handing
 //! back any signal that arrived while the thread was held. If the reader itself dies,
-//! the kernel detaches its tracees and they run on.
+//! the kernel detaches its tracees and they run on. If the thread dies while it is held
+//! (its process is killed or exits), the drop collects its exit status: a tracee's exit
+//! waits for its tracer, and an uncollected one would keep the whole target process
+//! from being reaped for as long as the reader lives.
 //!
 //! rustix has no ptrace wrapper, so this module calls the `libc` crate's.
 
@@ -84,7 +87,12 @@ impl StoppedThread {
         // SAFETY: PTRACE_INTERRUPT takes a tid and no pointers.
         if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0usize, 0usize) } == -1 {
             let e = last_error("PTRACE_INTERRUPT");
-            thread.tid = -1; // Not stopped: detaching would fail; the kernel cleans up.
+            if !matches!(e, PtraceError::Gone) {
+                // Not stopped and not dying: detaching would fail, and the kernel
+                // detaches a running tracee when this process exits.
+                thread.tid = -1;
+            }
+            // Gone: the drop collects the exit of the dead tracee.
             return Err(e);
         }
         thread.wait_for_stop()?;
@@ -173,15 +181,41 @@ impl Drop for StoppedThread {
         if self.tid <= 0 {
             return;
         }
-        // SAFETY: PTRACE_DETACH takes the signal to deliver in `data`, no pointers. It
-        // fails only if the thread is gone, which leaves nothing to release.
-        unsafe {
+        // SAFETY: PTRACE_DETACH takes the signal to deliver in `data`, no pointers.
+        let detached = unsafe {
             libc::ptrace(
                 libc::PTRACE_DETACH,
                 self.tid,
                 0usize,
                 self.pending_signal as usize,
             )
-        };
+        } != -1;
+        // ESRCH: the thread is no longer in its ptrace stop, which only SIGKILL ends (its
+        // own, or its process's exit): it is dying, and its exit is ours to collect.
+        if !detached && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            reap_dead_tracee(self.tid);
+        }
+    }
+}
+
+/// How long the drop of a [`StoppedThread`] waits for a dying tracee to become a zombie
+/// it can collect; a dying thread takes microseconds.
+const REAP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Collects the exit of tracee `tid`, which is dying; gives up after [`REAP_WAIT`].
+fn reap_dead_tracee(tid: i32) {
+    let deadline = std::time::Instant::now() + REAP_WAIT;
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a valid place for waitpid to store the status word.
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
+        if r == -1 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        // Collected (`tid`), or nothing of ours to collect (-1, ECHILD).
+        if r != 0 || std::time::Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
     }
 }
