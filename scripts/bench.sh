@@ -2,12 +2,16 @@
 # Runs every benchmark of this project side by side with its peers, then prints a table
 # of medians and ratios (ours / peer). See BENCHMARKS.md for the method and the rows.
 #
-#   scripts/bench.sh [RUNS]      RUNS: how many times the whole set runs (default 3)
+#   scripts/bench.sh [RUNS]      RUNS: how many times the whole set runs (default 10)
 #
-# Each run executes the five criterion binaries of writer-linux/benches/ one after the
-# other (odd runs in one order, even runs in the reverse order, so that neither side is
-# always measured first); the table gives, per row, the median over the runs of each
-# side's criterion median and of the per-run ratios.
+# Each run measures the rows in pairs: our binary and the peer's binary, one right after
+# the other, restricted to the same rows with a criterion filter (odd runs ours first, even
+# runs the peer first). The machine's speed drifts (other work, clock boost), so a ratio
+# is only taken between measurements made seconds apart. The table gives, per row, the
+# median over the runs of each side's criterion median and of the per-run ratios. Many
+# short measurements (criterion's own defaults in the benches are 2 s; here 1 s after a
+# 0.3 s warm-up, set with BENCH_CRITERION_ARGS) sample the machine's states better than a
+# few long ones.
 #
 # As root, each binary runs with SCHED_FIFO priority pinned to the last CPU
 # (`chrt -f 50 taskset -c N`), so that other processes on the machine do not preempt it
@@ -16,11 +20,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs=${1:-3}
+runs=${1:-10}
 if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
-  echo "usage: scripts/bench.sh [RUNS]   (RUNS: a positive number, default 3)" >&2
+  echo "usage: scripts/bench.sh [RUNS]   (RUNS: a positive number, default 10)" >&2
   exit 2
 fi
+read -r -a criterion_args <<<"${BENCH_CRITERION_ARGS:---warm-up-time 0.3 --measurement-time 1}"
 benches=(thread_writes thread_writes_libdd thread_writes_custom_labels process_publish process_publish_libdd)
 results=target/bench-results
 criterion_dir=target/criterion
@@ -42,22 +47,38 @@ mkdir -p "$results"
   echo "kernel: $(uname -r)"
   echo "rustc: $(rustc --version)"
   echo "pinned: ${pin[*]:-no}"
+  echo "criterion: ${criterion_args[*]}"
 } | tee "$results/machine.txt"
 
+# Pairs measured together: our binary, the peer's binary, the criterion filter (a regex
+# on the benchmark ids).
+pairs=(
+  "thread_writes thread_writes_libdd ^attach_detach/"
+  "thread_writes thread_writes_libdd ^swap/"
+  "thread_writes thread_writes_libdd ^update[a-z_]*/[^/]*/0$"
+  "thread_writes thread_writes_libdd ^update[a-z_]*/[^/]*/2$"
+  "thread_writes thread_writes_libdd ^update[a-z_]*/[^/]*/8$"
+  "thread_writes thread_writes_custom_labels ^with_labels_2/"
+  "process_publish process_publish_libdd ^process_publish_unpublish/"
+  "process_publish process_publish_libdd ^process_update/"
+)
+
 for run in $(seq 1 "$runs"); do
-  order=("${benches[@]}")
-  if [ $((run % 2)) = 0 ]; then
-    order=()
-    for ((i = ${#benches[@]} - 1; i >= 0; i--)); do order+=("${benches[i]}"); done
-  fi
   echo "run $run/$runs: start $(uptime | sed 's/.*load average/load average/')" | tee -a "$results/machine.txt"
   rm -rf "$criterion_dir"
-  for b in "${order[@]}"; do
-    echo "  $b"
-    "${pin[@]}" cargo bench -q -p otel-ctx-writer --bench "$b" >"$results/run-$run-$b.log" 2>&1 || {
-      cat "$results/run-$run-$b.log" >&2
-      exit 1
-    }
+  for pair in "${pairs[@]}"; do
+    read -r ours peer filter <<<"$pair"
+    order=("$ours" "$peer")
+    [ $((run % 2)) = 0 ] && order=("$peer" "$ours")
+    for b in "${order[@]}"; do
+      log="$results/run-$run.log"
+      echo "== $b $filter" >>"$log"
+      "${pin[@]}" cargo bench -q -p otel-ctx-writer --bench "$b" -- "${criterion_args[@]}" "$filter" \
+        >>"$log" 2>&1 || {
+        cat "$log" >&2
+        exit 1
+      }
+    done
   done
   echo "run $run/$runs: end   $(uptime | sed 's/.*load average/load average/')" | tee -a "$results/machine.txt"
   python3 - "$criterion_dir" "$results/run-$run.json" <<'EOF'
