@@ -76,6 +76,9 @@ impl StoppedThread {
             let e = io::Error::last_os_error();
             return Err(match e.raw_os_error() {
                 Some(libc::ESRCH) => PtraceError::Gone,
+                // A thread that has just exited (a zombie not yet released, or one in
+                // its exit) is refused with EPERM too: that is not a permission problem.
+                Some(libc::EPERM) if crate::memory::is_gone(tid as u32) => PtraceError::Gone,
                 _ => PtraceError::Denied(e),
             });
         }
