@@ -36,6 +36,11 @@ if [ "${BENCH_PIN:-1}" != 0 ] && [ "$(id -u)" = 0 ] && command -v chrt >/dev/nul
   pin=(chrt -f 50 taskset -c "$(($(nproc) - 1))")
 fi
 
+if ! ldconfig -p | grep 'libclang[-.0-9]*\.so' >/dev/null; then
+  echo "bench.sh: custom-labels needs libclang to build (Debian: apt-get install -y libclang-dev)" >&2
+  exit 1
+fi
+
 bench_args=()
 for b in "${benches[@]}"; do bench_args+=(--bench "$b"); done
 cargo bench -q -p otel-ctx-writer "${bench_args[@]}" --no-run
