@@ -113,17 +113,17 @@ rows = [
     ("swap", f"swap/{OURS}", f"swap/{LIBDD_T}", True),
 ]
 for n in (0, 2, 8):
-    rows.append((f"update, {n} attrs (libdd: +root entry)", f"update/{OURS}/{n}", f"update/{LIBDD_T}/{n}", True))
+    rows.append((f"update, {n} attrs (libdd also writes its root entry)", f"update/{OURS}/{n}", f"update/{LIBDD_T}/{n}", True))
 for n in (0, 2, 8):
-    rows.append((f"update, same bytes, {n}+1 attrs", f"update_same_bytes/{OURS}/{n}", f"update/{LIBDD_T}/{n}", True))
+    rows.append((f"update, same bytes, root + {n} attrs", f"update_same_bytes/{OURS}/{n}", f"update/{LIBDD_T}/{n}", True))
 for n in (0, 2, 8):
-    rows.append((f"update, same bytes, {n}+1 attrs, hex by table", f"update_same_bytes_hex_table/{OURS}/{n}", f"update/{LIBDD_T}/{n}", False))
+    rows.append((f"update, same bytes, root + {n} attrs, caller's hex by table", f"update_same_bytes_hex_table/{OURS}/{n}", f"update/{LIBDD_T}/{n}", False))
 rows += [
     ("with_labels 2: append + truncate", f"with_labels_2/{OURS}/append", "with_labels_2/custom-labels", True),
     ("with_labels 2: new context", f"with_labels_2/{OURS}/new", "with_labels_2/custom-labels", False),
     ("with_labels 2: reused context", f"with_labels_2/{OURS}/reuse", "with_labels_2/custom-labels", False),
     ("process publish+unpublish", f"process_publish_unpublish/{OURS}", f"process_publish_unpublish/{LIBDD_P}", False),
-    ("process update, 300 B", f"process_update/{OURS}/300B", f"process_update/{LIBDD_P}/300B", False),
+    ("process update, 298-byte payload", f"process_update/{OURS}/300B", f"process_update/{LIBDD_P}/300B", False),
     ("process update, 256-name key map", f"process_update/{OURS}/key_map_256", f"process_update/{LIBDD_P}/key_map_256", False),
 ]
 
