@@ -3,8 +3,10 @@
 //!
 //! ```sh
 //! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test -p otel-ctx-writer --release --lib loom
+//!     cargo test -p otel-ctx-writer --release --lib -- loom::
 //! ```
+//!
+//! (`RELIABILITY.md` gives the faster-to-build command CI uses.)
 //!
 //! **The writer** is this crate's own code: [`publish_header`], [`update_header`] and
 //! [`withdraw_header`] from `mapping.rs`, the functions `Publisher` calls, run on a

@@ -3,8 +3,10 @@
 //!
 //! ```sh
 //! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test -p otel-ctx-writer --release --lib loom
+//!     cargo test -p otel-ctx-writer --release --lib -- loom::
 //! ```
+//!
+//! (`RELIABILITY.md` gives the faster-to-build command CI uses.)
 //!
 //! # What a reader of a thread context sees
 //!
@@ -52,8 +54,8 @@
 //! every record it accepts is a state the attached record really had, up to the step
 //! that was interrupted, never a mixture of two. (A state older than the one before the
 //! interrupted step is possible and fine: the compiler may merge a size store into a
-//! later one.) Three deliberately broken
-//! writers (each protocol step without one of its fences) must each make loom fail.
+//! later one.) Three deliberately broken writers (each protocol step without one of its
+//! fences) must each make loom fail.
 
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
