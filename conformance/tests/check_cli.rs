@@ -42,10 +42,8 @@ fn cargo_build(package: &str, bin: &str, extra: &[&str]) -> PathBuf {
         .unwrap_or_else(|| panic!("cargo named no {bin} executable"))
 }
 
-/// The `otel-ctx` binary (another package's, so cargo does not build it for these tests).
 fn otel_ctx() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| cargo_build("otel-ctx-reader", "otel-ctx", &[]))
+    otel_ctx_conformance::otel_ctx_binary()
 }
 
 /// The libdatadog helper, linked so that `otel_thread_ctx_v1` is in its `.dynsym` (a

@@ -21,31 +21,8 @@ const FIXTURES: &str = concat!(
     "/../reader-linux/tests/fixtures/check"
 );
 
-/// The `otel-ctx` binary, built through cargo (it belongs to another package).
 fn otel_ctx() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let out = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "otel-ctx-reader",
-                "--bin",
-                "otel-ctx",
-                "--message-format=json",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("cannot run cargo");
-        assert!(out.status.success(), "building otel-ctx failed");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
-            .expect("cargo named no otel-ctx executable")
-    })
+    otel_ctx_conformance::otel_ctx_binary()
 }
 
 /// The fixture's build variants: where `otel_thread_ctx_v1` comes from.
