@@ -7,7 +7,5 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
-#[cfg(feature = "std")]
-pub mod export;
 pub mod process;
 pub mod thread;

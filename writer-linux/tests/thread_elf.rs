@@ -1,6 +1,7 @@
 //! Linked binaries export `otel_thread_ctx_v1` the way readers expect: builds the sample
 //! executable and `cdylib` of `tests/fixtures/` (whose `build.rs` calls
-//! `export::export_tls_symbol`) for the target this test was built for, and inspects them.
+//! `otel_ctx_export::export_tls_symbol`) for the target this test was built for, and
+//! inspects them.
 
 #[path = "fixtures/build_fixture.rs"]
 mod build_fixture;
