@@ -1,9 +1,10 @@
 //! Bytes of OpenTelemetry process context (OTEP 4719) and thread context (OTEP 4947).
 //!
 //! Pure functions over borrowed bytes: this crate knows the layouts and the protobuf
-//! subset, and nothing of Linux, memory mappings or threads. It never allocates and
-//! never panics on input; every malformed input is a typed error whose
-//! [`kind`](HeaderError::kind) is the language-neutral name used by `spec-vectors/`.
+//! subset, and nothing of Linux, memory mappings or threads. It never panics on input;
+//! every malformed input is a typed error whose [`kind`](HeaderError::kind) is the
+//! language-neutral name used by `spec-vectors/`. Without the `alloc` feature it never
+//! allocates.
 //!
 //! - [`header`]: the 32-byte process-context header and its validation.
 //! - [`proto`]: the `ProcessContext` protobuf payload, encoded from borrowed input and
@@ -12,18 +13,27 @@
 //!   attributes.
 //! - [`record`]: the thread-context record (28-byte header plus attrs-data).
 //! - [`attrs`]: the attrs-data entries `key: u8, len: u8, value: [u8; len]`.
+//! - `owned` (feature `alloc`): the one owned model of a process context, which writers
+//!   build and encode and readers copy a decoded view into.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
 pub mod attrs;
 pub mod header;
+#[cfg(feature = "alloc")]
+pub mod owned;
 pub mod proto;
 pub mod record;
 pub mod threadlocal;
 
 pub use attrs::{AttrsError, AttrsIter, ResolvedAttrs};
 pub use header::{HeaderError, ProcessContextHeader};
+#[cfg(feature = "alloc")]
+pub use owned::{OwnedKeyValue, OwnedProcessContext, OwnedValue, Threadlocal};
 pub use proto::{
     AnyValue, AnyValueView, ArrayView, DecodeError, EncodeError, KeyValue, KeyValueView,
     KvListView, Limits, ProcessContext, ProcessContextView,

@@ -12,7 +12,9 @@
 //! message KeyValueList   { repeated KeyValue values = 1; }
 //! ```
 //!
-//! Encoding writes from borrowed input ([`ProcessContext`]) into a caller's buffer.
+//! Encoding writes from borrowed input ([`ProcessContext`]) into a caller's buffer, and,
+//! with the `alloc` feature, from the owned model (`owned::OwnedProcessContext`): one
+//! encoder serves both, so the same context gives the same bytes from either.
 //! Decoding ([`ProcessContextView::decode`]) first walks the whole payload once, checking
 //! every wire type, length, UTF-8 string, the nesting depth and the number of
 //! attributes against [`Limits`]; the view then hands out iterators that borrow the
@@ -760,6 +762,77 @@ impl fmt::Display for EncodeError {
 
 impl core::error::Error for EncodeError {}
 
+/// One `AnyValue` as the encoder sees it, whichever model holds it.
+///
+/// The borrowed model ([`AnyValue`]) and the owned one (`owned::OwnedValue`) each describe
+/// their values through this, so a single encoder below writes both and their bytes cannot
+/// drift apart; neither is first rebuilt as the other.
+pub(crate) enum ValueRef<'v, V, K> {
+    /// No member of the oneof: an `AnyValue` with no field, a zero-length message. Only
+    /// the owned model can say this; the borrowed one has no empty value.
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    Empty,
+    String(&'v str),
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+    Bytes(&'v [u8]),
+    Array(&'v [V]),
+    KvList(&'v [K]),
+    /// An `array_value` of `string_value`s, without an `AnyValue` per element.
+    StringArray(&'v [&'v str]),
+}
+
+/// Something that encodes as an `AnyValue`.
+pub(crate) trait EncodeValue: Sized {
+    /// What the value's `kvlist_value` entries are.
+    type KeyValue: EncodeKeyValue<Value = Self>;
+
+    /// The value, one level deep.
+    fn value_ref(&self) -> ValueRef<'_, Self, Self::KeyValue>;
+}
+
+/// Something that encodes as a `KeyValue`.
+pub(crate) trait EncodeKeyValue {
+    /// What the value is.
+    type Value: EncodeValue;
+
+    /// The key.
+    fn key(&self) -> &str;
+
+    /// The value.
+    fn value(&self) -> &Self::Value;
+}
+
+impl<'a> EncodeValue for AnyValue<'a> {
+    type KeyValue = KeyValue<'a>;
+
+    fn value_ref(&self) -> ValueRef<'_, Self, KeyValue<'a>> {
+        match *self {
+            Self::String(s) => ValueRef::String(s),
+            Self::Bool(b) => ValueRef::Bool(b),
+            Self::Int(i) => ValueRef::Int(i),
+            Self::Double(d) => ValueRef::Double(d),
+            Self::Bytes(b) => ValueRef::Bytes(b),
+            Self::Array(values) => ValueRef::Array(values),
+            Self::KvList(kvs) => ValueRef::KvList(kvs),
+            Self::StringArray(strings) => ValueRef::StringArray(strings),
+        }
+    }
+}
+
+impl<'a> EncodeKeyValue for KeyValue<'a> {
+    type Value = AnyValue<'a>;
+
+    fn key(&self) -> &str {
+        self.key
+    }
+
+    fn value(&self) -> &AnyValue<'a> {
+        &self.value
+    }
+}
+
 const fn tag_len(field: u32) -> usize {
     sizeof_varint32(field << 3)
 }
@@ -768,50 +841,90 @@ const fn len_field(field: u32, len: usize) -> usize {
     tag_len(field) + sizeof_len_record(len)
 }
 
-impl KeyValue<'_> {
-    fn body_len(&self) -> usize {
-        let key = if self.key.is_empty() {
-            0
-        } else {
-            len_field(KV_KEY, self.key.len())
-        };
-        key + len_field(KV_VALUE, self.value.body_len())
+/// Size of a `KeyValue`'s body.
+fn key_value_len<K: EncodeKeyValue>(kv: &K) -> usize {
+    let key = if kv.key().is_empty() {
+        0
+    } else {
+        len_field(KV_KEY, kv.key().len())
+    };
+    key + len_field(KV_VALUE, value_len(kv.value()))
+}
+
+/// Size of an `AnyValue`'s body.
+fn value_len<V: EncodeValue>(v: &V) -> usize {
+    match v.value_ref() {
+        ValueRef::Empty => 0,
+        ValueRef::String(s) => len_field(AV_STRING, s.len()),
+        ValueRef::Bool(_) => tag_len(AV_BOOL) + 1,
+        ValueRef::Int(i) => tag_len(AV_INT) + sizeof_varint64(i as u64),
+        ValueRef::Double(_) => tag_len(AV_DOUBLE) + 8,
+        ValueRef::Bytes(b) => len_field(AV_BYTES, b.len()),
+        ValueRef::Array(values) => len_field(AV_ARRAY, array_len(values)),
+        ValueRef::KvList(kvs) => len_field(AV_KVLIST, list_len(LIST_VALUES, kvs)),
+        ValueRef::StringArray(strings) => len_field(AV_ARRAY, string_array_len(strings)),
     }
 }
 
-impl AnyValue<'_> {
-    fn body_len(&self) -> usize {
-        match self {
-            Self::String(s) => len_field(AV_STRING, s.len()),
-            Self::Bool(_) => tag_len(AV_BOOL) + 1,
-            Self::Int(i) => tag_len(AV_INT) + sizeof_varint64(*i as u64),
-            Self::Double(_) => tag_len(AV_DOUBLE) + 8,
-            Self::Bytes(b) => len_field(AV_BYTES, b.len()),
-            Self::Array(values) => len_field(
-                AV_ARRAY,
-                values
-                    .iter()
-                    .map(|v| len_field(LIST_VALUES, v.body_len()))
-                    .sum(),
-            ),
-            Self::KvList(kvs) => len_field(AV_KVLIST, list_len(LIST_VALUES, kvs)),
-            Self::StringArray(values) => len_field(
-                AV_ARRAY,
-                values
-                    .iter()
-                    .map(|s| len_field(LIST_VALUES, len_field(AV_STRING, s.len())))
-                    .sum(),
-            ),
+/// Size of an `ArrayValue`'s body.
+fn array_len<V: EncodeValue>(values: &[V]) -> usize {
+    values
+        .iter()
+        .map(|v| len_field(LIST_VALUES, value_len(v)))
+        .sum()
+}
+
+/// Size of the body of an `ArrayValue` of `string_value`s.
+fn string_array_len(strings: &[&str]) -> usize {
+    strings
+        .iter()
+        .map(|s| len_field(LIST_VALUES, len_field(AV_STRING, s.len())))
+        .sum()
+}
+
+/// Size of `kvs` as repeated field `field`.
+fn list_len<K: EncodeKeyValue>(field: u32, kvs: &[K]) -> usize {
+    kvs.iter()
+        .map(|kv| len_field(field, key_value_len(kv)))
+        .sum()
+}
+
+/// Exact size of a `ProcessContext` payload.
+pub(crate) fn context_len<K: EncodeKeyValue>(resource: &[K], attributes: &[K]) -> usize {
+    len_field(PC_RESOURCE, list_len(RESOURCE_ATTRIBUTES, resource))
+        + list_len(PC_ATTRIBUTES, attributes)
+}
+
+/// Encodes a `ProcessContext` payload into the start of `buf` and returns its size. The
+/// resource is always written, even when empty; an empty key is omitted, as proto3 does.
+pub(crate) fn encode_context<K: EncodeKeyValue>(
+    resource: &[K],
+    attributes: &[K],
+    buf: &mut [u8],
+) -> Result<usize, EncodeError> {
+    let needed = context_len(resource, attributes);
+    let available = buf.len();
+    let Some(buf) = buf.get_mut(..needed) else {
+        return Err(EncodeError::BufferTooSmall { needed, available });
+    };
+    let mut out = Out {
+        enc: PbEncoder::new(buf),
+    };
+    let written = (|| {
+        out.len_header(PC_RESOURCE, list_len(RESOURCE_ATTRIBUTES, resource))?;
+        for kv in resource {
+            out.key_value(RESOURCE_ATTRIBUTES, kv)?;
         }
-    }
-}
-
-fn list_len(field: u32, kvs: &[KeyValue<'_>]) -> usize {
-    kvs.iter().map(|kv| len_field(field, kv.body_len())).sum()
-}
-
-fn resource_len(resource: &[KeyValue<'_>]) -> usize {
-    list_len(RESOURCE_ATTRIBUTES, resource)
+        for kv in attributes {
+            out.key_value(PC_ATTRIBUTES, kv)?;
+        }
+        Ok::<(), ()>(())
+    })();
+    // The sizes computed above are exact, so the encoder neither runs out of room
+    // nor leaves bytes unwritten; say so loudly in tests if that ever changes.
+    debug_assert!(written.is_ok() && out.enc.as_writer().is_empty());
+    written.map_err(|()| EncodeError::BufferTooSmall { needed, available })?;
+    Ok(needed)
 }
 
 struct Out<'b> {
@@ -824,107 +937,78 @@ impl Out<'_> {
         self.enc.encode_varint64(len as u64)
     }
 
-    fn key_value(&mut self, field: u32, kv: &KeyValue<'_>) -> Result<(), ()> {
-        self.len_header(field, kv.body_len())?;
-        if !kv.key.is_empty() {
+    fn key_value<K: EncodeKeyValue>(&mut self, field: u32, kv: &K) -> Result<(), ()> {
+        self.len_header(field, key_value_len(kv))?;
+        if !kv.key().is_empty() {
             self.enc.encode_tag(Tag::from_parts(KV_KEY, WIRE_LEN))?;
-            self.enc.encode_string(kv.key)?;
+            self.enc.encode_string(kv.key())?;
         }
-        self.len_header(KV_VALUE, kv.value.body_len())?;
-        self.any_value(&kv.value)
+        self.len_header(KV_VALUE, value_len(kv.value()))?;
+        self.any_value(kv.value())
     }
 
-    fn any_value(&mut self, v: &AnyValue<'_>) -> Result<(), ()> {
-        match v {
-            AnyValue::String(s) => {
-                self.enc.encode_tag(Tag::from_parts(AV_STRING, WIRE_LEN))?;
-                self.enc.encode_string(s)
-            }
-            AnyValue::Bool(b) => {
+    fn any_value<V: EncodeValue>(&mut self, v: &V) -> Result<(), ()> {
+        match v.value_ref() {
+            ValueRef::Empty => Ok(()),
+            ValueRef::String(s) => self.string(s),
+            ValueRef::Bool(b) => {
                 self.enc.encode_tag(Tag::from_parts(AV_BOOL, WIRE_VARINT))?;
-                self.enc.encode_bool(*b)
+                self.enc.encode_bool(b)
             }
-            AnyValue::Int(i) => {
+            ValueRef::Int(i) => {
                 self.enc.encode_tag(Tag::from_parts(AV_INT, WIRE_VARINT))?;
-                self.enc.encode_int64(*i)
+                self.enc.encode_int64(i)
             }
-            AnyValue::Double(d) => {
+            ValueRef::Double(d) => {
                 self.enc.encode_tag(Tag::from_parts(AV_DOUBLE, WIRE_I64))?;
-                self.enc.encode_double(*d)
+                self.enc.encode_double(d)
             }
-            AnyValue::Bytes(b) => {
+            ValueRef::Bytes(b) => {
                 self.enc.encode_tag(Tag::from_parts(AV_BYTES, WIRE_LEN))?;
                 self.enc.encode_bytes(b)
             }
-            AnyValue::Array(values) => {
-                let body: usize = values
-                    .iter()
-                    .map(|v| len_field(LIST_VALUES, v.body_len()))
-                    .sum();
-                self.len_header(AV_ARRAY, body)?;
-                for v in values.iter() {
-                    self.len_header(LIST_VALUES, v.body_len())?;
+            ValueRef::Array(values) => {
+                self.len_header(AV_ARRAY, array_len(values))?;
+                for v in values {
+                    self.len_header(LIST_VALUES, value_len(v))?;
                     self.any_value(v)?;
                 }
                 Ok(())
             }
-            AnyValue::KvList(kvs) => {
+            ValueRef::KvList(kvs) => {
                 self.len_header(AV_KVLIST, list_len(LIST_VALUES, kvs))?;
-                for kv in kvs.iter() {
+                for kv in kvs {
                     self.key_value(LIST_VALUES, kv)?;
                 }
                 Ok(())
             }
-            AnyValue::StringArray(values) => {
-                let body: usize = values
-                    .iter()
-                    .map(|s| len_field(LIST_VALUES, len_field(AV_STRING, s.len())))
-                    .sum();
-                self.len_header(AV_ARRAY, body)?;
-                for s in values.iter() {
+            ValueRef::StringArray(strings) => {
+                self.len_header(AV_ARRAY, string_array_len(strings))?;
+                for s in strings {
                     self.len_header(LIST_VALUES, len_field(AV_STRING, s.len()))?;
-                    self.enc.encode_tag(Tag::from_parts(AV_STRING, WIRE_LEN))?;
-                    self.enc.encode_string(s)?;
+                    self.string(s)?;
                 }
                 Ok(())
             }
         }
+    }
+
+    fn string(&mut self, s: &str) -> Result<(), ()> {
+        self.enc.encode_tag(Tag::from_parts(AV_STRING, WIRE_LEN))?;
+        self.enc.encode_string(s)
     }
 }
 
 impl ProcessContext<'_> {
     /// Exact size of the encoded payload.
     pub fn encoded_len(&self) -> usize {
-        len_field(PC_RESOURCE, resource_len(self.resource))
-            + list_len(PC_ATTRIBUTES, self.attributes)
+        context_len(self.resource, self.attributes)
     }
 
     /// Encodes into the start of `buf` and returns the payload size. The resource is
     /// always written, even when empty; an empty key is omitted, as proto3 does.
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
-        let needed = self.encoded_len();
-        let available = buf.len();
-        let Some(buf) = buf.get_mut(..needed) else {
-            return Err(EncodeError::BufferTooSmall { needed, available });
-        };
-        let mut out = Out {
-            enc: PbEncoder::new(buf),
-        };
-        let written = (|| {
-            out.len_header(PC_RESOURCE, resource_len(self.resource))?;
-            for kv in self.resource {
-                out.key_value(RESOURCE_ATTRIBUTES, kv)?;
-            }
-            for kv in self.attributes {
-                out.key_value(PC_ATTRIBUTES, kv)?;
-            }
-            Ok::<(), ()>(())
-        })();
-        // The sizes computed above are exact, so the encoder neither runs out of room
-        // nor leaves bytes unwritten; say so loudly in tests if that ever changes.
-        debug_assert!(written.is_ok() && out.enc.as_writer().is_empty());
-        written.map_err(|()| EncodeError::BufferTooSmall { needed, available })?;
-        Ok(needed)
+        encode_context(self.resource, self.attributes, buf)
     }
 }
 

@@ -20,6 +20,8 @@ pub const SCHEMA_GO_PPROF_LABELS_V1: &str = "go_pprof_labels_v1";
 pub const MAX_KEY_MAP_LEN: usize = 256;
 /// The name of the TLS symbol.
 pub const TLS_SYMBOL: &str = "otel_thread_ctx_v1";
+/// Keys of the reference data, in the order [`reference_data`] writes them.
+pub const THREADLOCAL_KEYS: [&str; 2] = [SCHEMA_VERSION_KEY, ATTRIBUTE_KEY_MAP_KEY];
 
 /// The two extra attributes for `schema_version` and `key_map`, ready to encode.
 pub const fn reference_data<'a>(

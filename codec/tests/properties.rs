@@ -2,6 +2,9 @@
 //! - encoding then decoding is the identity, for process contexts (every `AnyValue`
 //!   kind, nested a few levels, random UTF-8 keys), the reference data, headers and
 //!   records (random ids, flags, up to 20 attributes of up to 255 bytes, key map lengths);
+//! - with the `alloc` feature, the owned model encodes to the same bytes as the borrowed
+//!   one, and encoding an owned context then copying its decoded view is the identity
+//!   (`OwnedValue::Empty` included);
 //! - decoding arbitrary bytes, or damaged valid payloads, never panics, and whatever the
 //!   payload decoder accepts stays within its limits;
 //! - the attrs-data and record encoders never leave a partial entry: on error the buffer
@@ -170,6 +173,13 @@ proptest! {
         let view = view.unwrap();
         prop_assert!(view.resource().eq(resource.iter().copied()));
         prop_assert!(view.attributes().eq(attributes.iter().copied()));
+        #[cfg(feature = "alloc")]
+        {
+            let owned = owned::copy(&ctx);
+            let mut owned_buf = vec![0u8; owned.encoded_len()];
+            prop_assert_eq!(owned.encode(&mut owned_buf), Ok(owned_buf.len()));
+            prop_assert_eq!(&owned_buf, &buf, "owned and borrowed encodings differ");
+        }
         if let Some(last) = buf.len().checked_sub(1) {
             prop_assert_eq!(
                 ctx.encode(&mut buf[..last]),
@@ -441,6 +451,98 @@ proptest! {
                 let (count, depth) = walk(&view);
                 prop_assert!(count <= limits.max_attributes && depth <= limits.max_depth);
                 let _ = ThreadlocalView::from_context(&view);
+            }
+        }
+    }
+}
+
+/// The owned model: its own generator, which also makes `Empty` values.
+#[cfg(feature = "alloc")]
+mod owned {
+    use otel_ctx_codec::owned::{OwnedKeyValue, OwnedProcessContext, OwnedValue};
+    use otel_ctx_codec::proto::{EncodeError, ProcessContext, ProcessContextView};
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::{roomy, text};
+
+    /// The owned copy of a borrowed context to encode.
+    pub fn copy(ctx: &ProcessContext<'_>) -> OwnedProcessContext {
+        OwnedProcessContext {
+            resource: ctx.resource.iter().map(|&kv| kv.into()).collect(),
+            attributes: ctx.attributes.iter().map(|&kv| kv.into()).collect(),
+        }
+    }
+
+    fn value() -> impl Strategy<Value = OwnedValue> {
+        let leaf = prop_oneof![
+            Just(OwnedValue::Empty),
+            text().prop_map(OwnedValue::String),
+            any::<bool>().prop_map(OwnedValue::Bool),
+            any::<i64>().prop_map(OwnedValue::Int),
+            // Every f64: NaNs, infinities, subnormals and -0.0 included.
+            any::<f64>().prop_map(OwnedValue::Double),
+            vec(any::<u8>(), 0..24).prop_map(OwnedValue::Bytes),
+        ];
+        // Up to 3 levels of arrays and kvlists under a top-level value: depth 4 at most.
+        leaf.prop_recursive(3, 48, 6, |inner| {
+            prop_oneof![
+                vec(inner.clone(), 0..6).prop_map(OwnedValue::Array),
+                vec(
+                    (text(), inner).prop_map(|(key, value)| OwnedKeyValue { key, value }),
+                    0..6
+                )
+                .prop_map(OwnedValue::KvList),
+            ]
+        })
+    }
+
+    fn key_values() -> impl Strategy<Value = Vec<OwnedKeyValue>> {
+        vec(
+            (text(), value()).prop_map(|(key, value)| OwnedKeyValue { key, value }),
+            0..8,
+        )
+    }
+
+    /// Equality with doubles compared by their bits, so that a NaN equals itself and
+    /// -0.0 differs from 0.0.
+    fn same_value(a: &OwnedValue, b: &OwnedValue) -> bool {
+        match (a, b) {
+            (OwnedValue::Double(a), OwnedValue::Double(b)) => a.to_bits() == b.to_bits(),
+            (OwnedValue::Array(a), OwnedValue::Array(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_value(a, b))
+            }
+            (OwnedValue::KvList(a), OwnedValue::KvList(b)) => same_list(a, b),
+            (a, b) => a == b,
+        }
+    }
+
+    fn same_list(a: &[OwnedKeyValue], b: &[OwnedKeyValue]) -> bool {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(a, b)| a.key == b.key && same_value(&a.value, &b.value))
+    }
+
+    proptest! {
+        #[test]
+        fn owned_context_round_trips(resource in key_values(), attributes in key_values()) {
+            let ctx = OwnedProcessContext { resource, attributes };
+            let mut buf = vec![0u8; ctx.encoded_len()];
+            prop_assert_eq!(ctx.encode(&mut buf), Ok(buf.len()));
+            let view = ProcessContextView::decode(&buf, &roomy());
+            prop_assert!(view.is_ok(), "{:?}", view);
+            let back = OwnedProcessContext::from_view(&view.unwrap());
+            prop_assert!(
+                same_list(&back.resource, &ctx.resource)
+                    && same_list(&back.attributes, &ctx.attributes),
+                "decoded {:?}\nfrom {:?}", back, ctx
+            );
+            if let Some(last) = buf.len().checked_sub(1) {
+                prop_assert_eq!(
+                    ctx.encode(&mut buf[..last]),
+                    Err(EncodeError::BufferTooSmall { needed: last + 1, available: last })
+                );
             }
         }
     }
