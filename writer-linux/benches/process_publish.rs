@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use otel_ctx_writer::process::{Attributes, Publisher, Resource, Value};
+use otel_ctx_writer::process::{Attributes, OwnedValue, Publisher, Resource};
 
 #[path = "process_inputs.rs"]
 mod inputs;
@@ -31,7 +31,7 @@ fn key_map_attributes() -> Attributes {
         .with(inputs::SCHEMA_KEY, inputs::SCHEMA_VERSION)
         .with(
             inputs::KEY_MAP_KEY,
-            Value::string_array(inputs::key_map_names()),
+            OwnedValue::string_array(inputs::key_map_names()),
         )
 }
 

@@ -6,8 +6,9 @@
 //!
 //! - [`Resource`] and [`ResourceBuilder`]: the owned resource, with the semantic-convention
 //!   keys filled in (`service.instance.id` becomes a random UUID v4 when not given).
-//! - [`Attributes`] and [`Value`]: owned attributes of every `AnyValue` kind, used for the
-//!   resource and for the extra attributes (field 2 of the payload).
+//! - [`Attributes`]: attributes with unique keys, used for the resource and for the extra
+//!   attributes (field 2 of the payload). Their entries are the codec's owned model,
+//!   [`OwnedKeyValue`] and [`OwnedValue`] (every `AnyValue` kind), re-exported here.
 //! - [`Publisher`]: the single writer of the process's context. [`Publisher::publish`],
 //!   [`Publisher::update`] and [`Publisher::unpublish`] follow the protocol steps of the
 //!   specification one function per step; dropping a publisher unpublishes.
@@ -38,6 +39,7 @@
 //! (`MADV_DONTFORK`): in the child it never writes to or unmaps that address, and the child
 //! may publish its own context.
 
+mod attributes;
 mod encode;
 mod error;
 #[cfg(feature = "std")]
@@ -47,15 +49,15 @@ mod loom;
 mod mapping;
 mod publisher;
 mod resource;
-mod value;
 
+pub use attributes::Attributes;
 pub use error::{Error, Step};
 pub use mapping::Backing;
 #[doc(hidden)]
 pub use mapping::Syscalls;
+pub use otel_ctx_codec::owned::{OwnedKeyValue, OwnedProcessContext, OwnedValue};
 pub use publisher::Publisher;
 pub use resource::{
     Resource, ResourceBuilder, DEPLOYMENT_ENVIRONMENT_NAME, SERVICE_INSTANCE_ID, SERVICE_NAME,
     SERVICE_VERSION, TELEMETRY_SDK_LANGUAGE, TELEMETRY_SDK_NAME, TELEMETRY_SDK_VERSION,
 };
-pub use value::{Attribute, Attributes, Value};

@@ -4,7 +4,7 @@ mod process_support;
 
 use otel_ctx_codec::proto::AnyValueView;
 use otel_ctx_codec::threadlocal::{ThreadlocalView, MAX_KEY_MAP_LEN, SCHEMA_TLSDESC_V1_DEV};
-use otel_ctx_writer::process::{global, Error, Publisher, Resource, Value};
+use otel_ctx_writer::process::{global, Error, OwnedValue, Publisher, Resource};
 use process_support::*;
 
 fn resource(version: &str) -> Resource {
@@ -157,8 +157,8 @@ fn global_publish_reference_data_update_unpublish() {
     let fifth = read_global();
     assert_eq!(key_map(&fifth).1, ["http.route", "user.id"]);
     assert_eq!(
-        owned_value(fifth.view().attribute_value("deployment.slot").unwrap()),
-        Value::from("blue")
+        OwnedValue::from(fifth.view().attribute_value("deployment.slot").unwrap()),
+        OwnedValue::from("blue")
     );
 
     // In a forked child the parent's context counts as not published.

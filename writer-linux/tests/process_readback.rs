@@ -10,7 +10,8 @@ use std::sync::Mutex;
 use otel_ctx_codec::header::{MAX_PAYLOAD_SIZE, VERSION};
 use otel_ctx_codec::threadlocal::{reference_data, ThreadlocalView, SCHEMA_TLSDESC_V1_DEV};
 use otel_ctx_writer::process::{
-    Attribute, Attributes, Backing, Error, Publisher, Resource, Syscalls, Value,
+    Attributes, Backing, Error, OwnedKeyValue, OwnedProcessContext, OwnedValue, Publisher,
+    Resource, Syscalls,
 };
 use process_support::*;
 use rustix::fd::OwnedFd;
@@ -27,19 +28,20 @@ fn every_kind_resource() -> Resource {
         .attribute("k.int", -42i64)
         .attribute("k.double", 0.25)
         .attribute("k.bytes", vec![0u8, 1, 254, 255])
+        .attribute("k.empty", OwnedValue::Empty)
         .attribute(
             "k.array",
-            Value::Array(vec![
-                Value::Int(1),
-                Value::from("two"),
-                Value::Array(vec![]),
+            OwnedValue::Array(vec![
+                OwnedValue::Int(1),
+                OwnedValue::from("two"),
+                OwnedValue::Array(vec![]),
             ]),
         )
         .attribute(
             "k.kvlist",
-            Value::KvList(vec![
-                Attribute::new("inner", false),
-                Attribute::new("nested", Value::string_array(["a", "b"])),
+            OwnedValue::KvList(vec![
+                OwnedKeyValue::new("inner", false),
+                OwnedKeyValue::new("nested", OwnedValue::string_array(["a", "b"])),
             ]),
         )
         .build()
@@ -56,9 +58,9 @@ fn check_published(publisher: &Publisher) -> ReadBack {
         publisher.monotonic_published_at_ns()
     );
     assert_eq!(back.payload, publisher.payload());
-    let (resource, attributes) = owned_context(&back.view());
-    assert_eq!(resource, publisher.resource().attributes().as_slice());
-    assert_eq!(attributes, publisher.attributes().as_slice());
+    let owned = OwnedProcessContext::from_view(&back.view());
+    assert_eq!(owned.resource, publisher.resource().attributes().as_slice());
+    assert_eq!(owned.attributes, publisher.attributes().as_slice());
     back
 }
 
@@ -108,8 +110,8 @@ fn publish_update_unpublish_read_back() {
     }
     let view = first.view();
     assert_eq!(
-        owned_value(view.resource_value("service.name").unwrap()),
-        Value::from("readback")
+        OwnedValue::from(view.resource_value("service.name").unwrap()),
+        OwnedValue::from("readback")
     );
     let instance_id = publisher
         .resource()
@@ -130,15 +132,15 @@ fn publish_update_unpublish_read_back() {
     assert!(back.header.monotonic_published_at_ns > last);
     last = back.header.monotonic_published_at_ns;
     assert_eq!(
-        owned_value(back.view().resource_value("service.version").unwrap()),
-        Value::from("1.0.1")
+        OwnedValue::from(back.view().resource_value("service.version").unwrap()),
+        OwnedValue::from("1.0.1")
     );
     assert_eq!(publisher.address(), address, "updates reuse the mapping");
 
     // Update 2: thread-context reference data joins the extra attributes.
     let reference: Attributes = reference_data(SCHEMA_TLSDESC_V1_DEV, &["http.route", "user"])
         .into_iter()
-        .map(Attribute::from)
+        .map(OwnedKeyValue::from)
         .collect();
     publisher
         .update(publisher.resource().clone(), reference)
@@ -206,9 +208,9 @@ fn refused_payloads_change_nothing() {
     let before = check_published(&publisher);
     let err = publisher.update(huge, Attributes::new()).unwrap_err();
     assert_eq!(err.kind(), "payload_too_large");
-    let mut deep = Value::Array(vec![]);
+    let mut deep = OwnedValue::Array(vec![]);
     for _ in 0..40 {
-        deep = Value::Array(vec![deep]);
+        deep = OwnedValue::Array(vec![deep]);
     }
     let err = publisher
         .update_with(|resource, _| {

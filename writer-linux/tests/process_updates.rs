@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 
 use otel_ctx_codec::header::{ProcessContextHeader, HEADER_SIZE, MAX_PAYLOAD_SIZE};
 use otel_ctx_codec::proto::AnyValueView;
-use otel_ctx_writer::process::{Attributes, Publisher, Resource, Value};
+use otel_ctx_writer::process::{Attributes, OwnedValue, Publisher, Resource};
 use process_support::*;
 
 /// Counts the bytes currently allocated through the global allocator.
@@ -144,7 +144,7 @@ fn hundred_thousand_updates() {
     let rss_after = resident_pages();
     assert_eq!(
         publisher.resource().get("counter"),
-        Some(&Value::Int(counter))
+        Some(&OwnedValue::Int(counter))
     );
     // The payload alternates between two sizes: the live heap may differ by one payload.
     assert!(

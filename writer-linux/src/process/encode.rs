@@ -1,100 +1,43 @@
-//! Encoding owned attributes into the `ProcessContext` payload through the codec.
-//!
-//! The codec encodes from borrowed values whose arrays and key-value lists are slices of
-//! further borrowed values. Those slices are built one nesting level at a time, deepest
-//! first, each level borrowing the one below it: no arena, no `unsafe`.
+//! Encoding the resource and extra attributes into the `ProcessContext` payload, through
+//! the codec's owned model, after checking that readers will accept it.
 
 use alloc::boxed::Box;
 use alloc::vec;
-use alloc::vec::Vec;
 
 use otel_ctx_codec::header::MAX_PAYLOAD_SIZE;
-use otel_ctx_codec::proto::{AnyValue, DecodeError, KeyValue, Limits, ProcessContext};
+use otel_ctx_codec::owned::{OwnedKeyValue, OwnedProcessContext, OwnedValue};
+use otel_ctx_codec::proto::{DecodeError, Limits};
 
-use super::value::{Attribute, Attributes, Value};
-use super::Error;
+use super::{Attributes, Error, Resource};
 
-/// The values at one nesting depth, in the order their parents list them: first the
-/// elements of arrays, then the entries of key-value lists (and of the top level).
-#[derive(Default)]
-struct Level<'v> {
-    elements: Vec<&'v Value>,
-    entries: Vec<&'v Attribute>,
-}
-
-impl<'v> Level<'v> {
-    fn values(&self) -> impl Iterator<Item = &'v Value> + '_ {
-        self.elements
-            .iter()
-            .copied()
-            .chain(self.entries.iter().map(|a| &a.value))
-    }
-
-    /// The children of this level's arrays and key-value lists, in the same order.
-    fn children(&self) -> Self {
-        let mut next = Self::default();
-        for value in self.values() {
-            match value {
-                Value::Array(values) => next.elements.extend(values),
-                Value::KvList(entries) => next.entries.extend(entries),
-                _ => {}
-            }
-        }
-        next
-    }
-
-    fn is_empty(&self) -> bool {
-        self.elements.is_empty() && self.entries.is_empty()
-    }
+/// A payload, and the resource and extra attributes it encodes.
+pub(crate) struct Encoded {
+    pub payload: Box<[u8]>,
+    pub resource: Resource,
+    pub attributes: Attributes,
 }
 
 /// Encodes `resource` (field 1) and `attributes` (field 2) into a new heap buffer, after
 /// checking that readers with default [`Limits`] accept them (size, depth and number of
 /// attributes; every string is UTF-8 by construction).
-pub(crate) fn encode_payload(
-    resource: &Attributes,
-    attributes: &Attributes,
-) -> Result<Box<[u8]>, Error> {
-    let limits = Limits::default();
-    let mut levels = vec![Level {
-        elements: Vec::new(),
-        entries: resource.iter().chain(attributes.iter()).collect(),
-    }];
-    while let Some(last) = levels.last() {
-        let next = last.children();
-        if next.is_empty() {
-            break;
-        }
-        // Level `i` holds values at depth `i + 1`, as readers count it.
-        if levels.len() >= limits.max_depth {
-            return Err(Error::Unreadable(DecodeError::TooDeep {
-                limit: limits.max_depth,
-            }));
-        }
-        levels.push(next);
-    }
-    // Readers count every key-value pair and array element, at any depth: exactly the
-    // items of all levels.
-    let count: usize = levels
-        .iter()
-        .map(|l| l.elements.len() + l.entries.len())
-        .sum();
-    if count > limits.max_attributes {
-        return Err(Error::Unreadable(DecodeError::TooManyAttributes {
-            limit: limits.max_attributes,
-        }));
-    }
-    let resource_len = resource.len();
-    lower(&levels, &mut |_, entries| {
-        let (resource, attributes) = entries.split_at(resource_len);
-        encode_context(&ProcessContext {
-            resource,
-            attributes,
-        })
+///
+/// Both are moved into the codec's [`OwnedProcessContext`] and back out, which copies no
+/// key or value.
+pub(crate) fn encode_payload(resource: Resource, attributes: Attributes) -> Result<Encoded, Error> {
+    let context = OwnedProcessContext {
+        resource: resource.into_attributes().into_vec(),
+        attributes: attributes.into_vec(),
+    };
+    let payload = encode_context(&context)?;
+    Ok(Encoded {
+        payload,
+        resource: Resource::from_attributes(Attributes::from_unique(context.resource)),
+        attributes: Attributes::from_unique(context.attributes),
     })
 }
 
-fn encode_context(context: &ProcessContext<'_>) -> Result<Box<[u8]>, Error> {
+fn encode_context(context: &OwnedProcessContext) -> Result<Box<[u8]>, Error> {
+    check_shape(context, &Limits::default()).map_err(Error::Unreadable)?;
     let size = context.encoded_len();
     if size > MAX_PAYLOAD_SIZE as usize {
         return Err(Error::PayloadTooLarge {
@@ -107,105 +50,136 @@ fn encode_context(context: &ProcessContext<'_>) -> Result<Box<[u8]>, Error> {
     Ok(payload)
 }
 
-/// Lowers `levels[0]` into borrowed codec values and hands them to `k`, after lowering
-/// every deeper level the same way.
-fn lower<R>(levels: &[Level<'_>], k: &mut dyn FnMut(&[AnyValue<'_>], &[KeyValue<'_>]) -> R) -> R {
-    let Some((level, deeper)) = levels.split_first() else {
-        return k(&[], &[]);
-    };
-    lower(deeper, &mut |below_elements, below_entries| {
-        let mut cursor = Cursor {
-            elements: below_elements,
-            entries: below_entries,
-        };
-        let elements: Vec<AnyValue<'_>> = level
-            .elements
-            .iter()
-            .map(|v| cursor.lower_value(v))
-            .collect();
-        let entries: Vec<KeyValue<'_>> = level
-            .entries
-            .iter()
-            .map(|a| KeyValue {
-                key: &a.key,
-                value: cursor.lower_value(&a.value),
-            })
-            .collect();
-        k(&elements, &entries)
-    })
+/// Checks the depth and the number of attributes as a reader's decoder counts them: a
+/// top-level value is at depth 1, an element of an array or kvlist one deeper than its
+/// parent; every key-value pair and array element, at any depth, counts as an attribute.
+///
+/// Too deep is reported before too many, whatever their order in the context. The walk
+/// goes no deeper than `limits.max_depth + 1`, however deep the values nest.
+fn check_shape(context: &OwnedProcessContext, limits: &Limits) -> Result<(), DecodeError> {
+    let mut count = 0;
+    for kv in context.resource.iter().chain(&context.attributes) {
+        count_key_value(kv, 1, limits, &mut count)?;
+    }
+    if count > limits.max_attributes {
+        return Err(DecodeError::TooManyAttributes {
+            limit: limits.max_attributes,
+        });
+    }
+    Ok(())
 }
 
-/// The not yet claimed part of the level below, claimed by each array and key-value list
-/// in the order [`Level::children`] listed their children.
-struct Cursor<'a> {
-    elements: &'a [AnyValue<'a>],
-    entries: &'a [KeyValue<'a>],
+fn count_key_value(
+    kv: &OwnedKeyValue,
+    depth: usize,
+    limits: &Limits,
+    count: &mut usize,
+) -> Result<(), DecodeError> {
+    *count = count.saturating_add(1);
+    count_value(&kv.value, depth, limits, count)
 }
 
-impl<'a> Cursor<'a> {
-    fn lower_value(&mut self, value: &'a Value) -> AnyValue<'a> {
-        match value {
-            Value::String(s) => AnyValue::String(s),
-            Value::Bool(b) => AnyValue::Bool(*b),
-            Value::Int(i) => AnyValue::Int(*i),
-            Value::Double(d) => AnyValue::Double(*d),
-            Value::Bytes(b) => AnyValue::Bytes(b),
-            // The level below was built from exactly these children in this order, so
-            // the split points are always in range.
-            Value::Array(values) => {
-                let (mine, rest) = self.elements.split_at(values.len());
-                self.elements = rest;
-                AnyValue::Array(mine)
-            }
-            Value::KvList(entries) => {
-                let (mine, rest) = self.entries.split_at(entries.len());
-                self.entries = rest;
-                AnyValue::KvList(mine)
+fn count_value(
+    value: &OwnedValue,
+    depth: usize,
+    limits: &Limits,
+    count: &mut usize,
+) -> Result<(), DecodeError> {
+    if depth > limits.max_depth {
+        return Err(DecodeError::TooDeep {
+            limit: limits.max_depth,
+        });
+    }
+    match value {
+        OwnedValue::Array(values) => {
+            for value in values {
+                *count = count.saturating_add(1);
+                count_value(value, depth + 1, limits, count)?;
             }
         }
+        OwnedValue::KvList(entries) => {
+            for kv in entries {
+                count_key_value(kv, depth + 1, limits, count)?;
+            }
+        }
+        _ => {}
     }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use otel_ctx_codec::proto::{AnyValueView, ProcessContextView};
+    use alloc::vec::Vec;
+    use otel_ctx_codec::proto::{AnyValue, AnyValueView, ProcessContextView};
 
-    fn nested(depth: usize) -> Value {
-        let mut value = Value::Array(Vec::new());
+    fn nested(depth: usize) -> OwnedValue {
+        let mut value = OwnedValue::Array(Vec::new());
         for _ in 1..depth {
-            value = Value::Array(vec![value]);
+            value = OwnedValue::Array(vec![value]);
         }
         value
+    }
+
+    /// [`encode_payload`]'s payload, after checking that it refuses a context for the
+    /// reason a reader refuses it.
+    fn encode(resource: Attributes, attributes: Attributes) -> Result<Box<[u8]>, Error> {
+        let unchecked = OwnedProcessContext {
+            resource: resource.as_slice().to_vec(),
+            attributes: attributes.as_slice().to_vec(),
+        };
+        let result =
+            encode_payload(Resource::from_attributes(resource), attributes).map(|e| e.payload);
+        // What a reader says of the same context, encoded without the writer's checks.
+        let mut bytes = vec![0u8; unchecked.encoded_len()];
+        unchecked.encode(&mut bytes).unwrap();
+        let roomy = Limits {
+            max_payload_size: usize::MAX,
+            ..Limits::default()
+        };
+        match (&result, ProcessContextView::decode(&bytes, &roomy)) {
+            (Err(Error::Unreadable(writer)), Err(reader)) => assert_eq!(*writer, reader),
+            (Err(Error::Unreadable(writer)), Ok(_)) => panic!("readers accept what {writer}"),
+            (_, Err(reader)) => panic!("the writer accepts what readers refuse: {reader}"),
+            (_, Ok(_)) => {}
+        }
+        result
     }
 
     #[test]
     fn nested_values_round_trip() {
         let resource: Attributes = [
-            ("s", Value::from("text")),
+            ("s", OwnedValue::from("text")),
             (
                 "a",
-                Value::Array(vec![
-                    Value::Int(1),
-                    Value::KvList(vec![Attribute::new("inner", vec![Value::Bool(true)])]),
-                    Value::string_array(["x", "y"]),
+                OwnedValue::Array(vec![
+                    OwnedValue::Int(1),
+                    OwnedValue::KvList(vec![OwnedKeyValue::new(
+                        "inner",
+                        vec![OwnedValue::Bool(true)],
+                    )]),
+                    OwnedValue::string_array(["x", "y"]),
                 ]),
             ),
             (
                 "m",
-                Value::KvList(vec![
-                    Attribute::new("d", 2.5),
-                    Attribute::new("b", vec![0u8, 255]),
+                OwnedValue::KvList(vec![
+                    OwnedKeyValue::new("d", 2.5),
+                    OwnedKeyValue::new("b", vec![0u8, 255]),
                 ]),
             ),
+            ("e", OwnedValue::Empty),
         ]
         .into_iter()
         .collect();
-        let extra = Attributes::new().with("e", Value::Array(vec![Value::Array(vec![])]));
-        let payload = encode_payload(&resource, &extra).unwrap();
-        let view = ProcessContextView::decode(&payload, &Limits::default()).unwrap();
+        let extra = Attributes::new().with("e", OwnedValue::Array(vec![OwnedValue::Array(vec![])]));
+        let encoded =
+            encode_payload(Resource::from_attributes(resource.clone()), extra.clone()).unwrap();
+        assert_eq!(encoded.resource.attributes(), &resource);
+        assert_eq!(encoded.attributes, extra);
+        let view = ProcessContextView::decode(&encoded.payload, &Limits::default()).unwrap();
         let keys: Vec<&str> = view.resource().map(|kv| kv.key).collect();
-        assert_eq!(keys, ["s", "a", "m"]);
+        assert_eq!(keys, ["s", "a", "m", "e"]);
         let Some(AnyValueView::Array(a)) = view.resource_value("a") else {
             panic!("a is not an array")
         };
@@ -224,6 +198,7 @@ mod tests {
         let m: Vec<_> = m.iter().collect();
         assert_eq!(m[0].value, AnyValueView::Double(2.5));
         assert_eq!(m[1].value, AnyValueView::Bytes(&[0, 255]));
+        assert_eq!(view.resource_value("e"), Some(AnyValueView::Empty));
         assert!(view.attribute_value("e").unwrap() == AnyValue::Array(&[AnyValue::Array(&[])]));
     }
 
@@ -231,19 +206,28 @@ mod tests {
     fn depth_limit_matches_readers() {
         let limit = Limits::default().max_depth;
         let ok = Attributes::new().with("k", nested(limit));
-        assert!(encode_payload(&ok, &Attributes::new()).is_ok());
+        assert!(encode(ok, Attributes::new()).is_ok());
         let deep = Attributes::new().with("k", nested(limit + 1));
         assert_eq!(
-            encode_payload(&deep, &Attributes::new()),
+            encode(deep, Attributes::new()),
+            Err(Error::Unreadable(DecodeError::TooDeep { limit }))
+        );
+        // In a kvlist, and in the extra attributes, as deep as in an array.
+        let deep_kvlist = (1..=limit).fold(OwnedValue::Int(0), |value, _| {
+            OwnedValue::KvList(vec![OwnedKeyValue::new("k", value)])
+        });
+        assert_eq!(
+            encode(Attributes::new(), Attributes::new().with("k", deep_kvlist)),
             Err(Error::Unreadable(DecodeError::TooDeep { limit }))
         );
     }
 
     #[test]
     fn size_and_count_limits() {
-        let big = Attributes::new().with("k", Value::Bytes(vec![7; MAX_PAYLOAD_SIZE as usize]));
+        let big =
+            Attributes::new().with("k", OwnedValue::Bytes(vec![7; MAX_PAYLOAD_SIZE as usize]));
         assert!(matches!(
-            encode_payload(&big, &Attributes::new()),
+            encode(big, Attributes::new()),
             Err(Error::PayloadTooLarge {
                 limit: MAX_PAYLOAD_SIZE,
                 ..
@@ -251,12 +235,23 @@ mod tests {
         ));
         // The attribute itself counts, as do its elements: `limit - 1` elements fit.
         let limit = Limits::default().max_attributes;
-        let wide = |n| Attributes::new().with("k", Value::Array(vec![Value::Int(0); n]));
-        let payload = encode_payload(&wide(limit - 1), &Attributes::new()).unwrap();
+        let wide = |n| Attributes::new().with("k", OwnedValue::Array(vec![OwnedValue::Int(0); n]));
+        let payload = encode(wide(limit - 1), Attributes::new()).unwrap();
         assert!(ProcessContextView::decode(&payload, &Limits::default()).is_ok());
         assert_eq!(
-            encode_payload(&wide(limit), &Attributes::new()),
+            encode(wide(limit), Attributes::new()),
             Err(Error::Unreadable(DecodeError::TooManyAttributes { limit }))
+        );
+        // Too deep is reported first, even after too many (a reader reports whichever it
+        // meets first).
+        let both = Attributes::new()
+            .with("wide", OwnedValue::Array(vec![OwnedValue::Int(0); limit]))
+            .with("deep", nested(Limits::default().max_depth + 1));
+        assert_eq!(
+            encode_payload(Resource::from_attributes(both), Attributes::new()).map(|e| e.payload),
+            Err(Error::Unreadable(DecodeError::TooDeep {
+                limit: Limits::default().max_depth
+            }))
         );
     }
 }

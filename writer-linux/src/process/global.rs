@@ -15,9 +15,10 @@ use std::string::{String, ToString};
 use std::sync::{Mutex, MutexGuard};
 use std::vec::Vec;
 
+use otel_ctx_codec::owned::OwnedValue;
 use otel_ctx_codec::threadlocal::{reference_data, MAX_KEY_MAP_LEN};
 
-use super::{Attributes, Error, Publisher, Resource, Value};
+use super::{Attributes, Error, Publisher, Resource};
 
 struct State {
     publisher: Option<Publisher>,
@@ -60,7 +61,7 @@ impl State {
         if let Some((schema_version, key_map)) = thread_reference {
             let key_map: Vec<&str> = key_map.iter().map(String::as_str).collect();
             for kv in reference_data(schema_version, &key_map) {
-                published.set(kv.key, Value::from(kv.value));
+                published.set(kv.key, OwnedValue::from(kv.value));
             }
         }
         published

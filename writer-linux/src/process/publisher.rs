@@ -5,7 +5,7 @@ use core::sync::atomic::{AtomicI32, Ordering};
 
 use otel_ctx_codec::header::ProcessContextHeader;
 
-use super::encode::encode_payload;
+use super::encode::{encode_payload, Encoded};
 use super::mapping::{
     create_memfd, map_anonymous, map_memfd, mapping_len, name_mapping, next_timestamp,
     prevent_fork_inheritance, publish_header, size_memfd, update_header, withdraw_header, Backing,
@@ -84,7 +84,11 @@ impl Publisher {
     ) -> Result<Self, Error> {
         // Step 6 (encode) comes first: a payload readers would refuse leaves nothing
         // behind, and the encoding is not visible to anyone before the header is written.
-        let payload = encode_payload(resource.attributes(), &attributes)?;
+        let Encoded {
+            payload,
+            resource,
+            attributes,
+        } = encode_payload(resource, attributes)?;
         let payload_size = payload_size(&payload);
         let pid = current_pid();
         claim_singleton(pid)?;
@@ -114,7 +118,11 @@ impl Publisher {
             return Err(Error::NotPublished);
         };
         // Step 1: encode the new payload.
-        let payload = encode_payload(resource.attributes(), &attributes)?;
+        let Encoded {
+            payload,
+            resource,
+            attributes,
+        } = encode_payload(resource, attributes)?;
         // Step 6's timestamp, strictly after the previous one.
         let monotonic_published_at_ns = next_timestamp(self.monotonic_published_at_ns);
         // Steps 2 to 6: timestamp 0, barrier, new pointer and size, barrier, new timestamp.

@@ -4,11 +4,12 @@
 use alloc::format;
 use alloc::string::String;
 
+use otel_ctx_codec::owned::OwnedValue;
 use rustix::io::Errno;
 use rustix::rand::GetRandomFlags;
 
+use super::attributes::Attributes;
 use super::error::{Error, Step};
-use super::value::{Attributes, Value};
 
 /// `service.name`.
 pub const SERVICE_NAME: &str = "service.name";
@@ -48,29 +49,38 @@ impl Resource {
         &self.attributes
     }
 
+    /// The attributes, given up.
+    pub fn into_attributes(self) -> Attributes {
+        self.attributes
+    }
+
     /// The value of `key`.
-    pub fn get(&self, key: &str) -> Option<&Value> {
+    pub fn get(&self, key: &str) -> Option<&OwnedValue> {
         self.attributes.get(key)
     }
 
     /// Sets `key` to `value`, replacing and returning its previous value.
-    pub fn set(&mut self, key: impl Into<String>, value: impl Into<Value>) -> Option<Value> {
+    pub fn set(
+        &mut self,
+        key: impl Into<String>,
+        value: impl Into<OwnedValue>,
+    ) -> Option<OwnedValue> {
         self.attributes.set(key, value)
     }
 
     /// Removes `key`, returning its value.
-    pub fn remove(&mut self, key: &str) -> Option<Value> {
+    pub fn remove(&mut self, key: &str) -> Option<OwnedValue> {
         self.attributes.remove(key)
     }
 
     /// `service.name`, if it is a string.
     pub fn service_name(&self) -> Option<&str> {
-        self.get(SERVICE_NAME).and_then(Value::as_str)
+        self.get(SERVICE_NAME).and_then(OwnedValue::as_str)
     }
 
     /// `service.instance.id`, if it is a string.
     pub fn service_instance_id(&self) -> Option<&str> {
-        self.get(SERVICE_INSTANCE_ID).and_then(Value::as_str)
+        self.get(SERVICE_INSTANCE_ID).and_then(OwnedValue::as_str)
     }
 }
 
@@ -121,7 +131,7 @@ impl ResourceBuilder {
     }
 
     /// Any attribute, of any value kind.
-    pub fn attribute(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+    pub fn attribute(mut self, key: impl Into<String>, value: impl Into<OwnedValue>) -> Self {
         self.attributes.set(key, value);
         self
     }
@@ -235,12 +245,15 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(r.service_name(), Some("second"));
-        assert_eq!(r.get("k"), Some(&Value::Int(1)));
-        assert_eq!(r.get(SERVICE_VERSION), Some(&Value::from("2.0")));
-        assert_eq!(r.get(TELEMETRY_SDK_LANGUAGE), Some(&Value::from("rust")));
+        assert_eq!(r.get("k"), Some(&OwnedValue::Int(1)));
+        assert_eq!(r.get(SERVICE_VERSION), Some(&OwnedValue::from("2.0")));
+        assert_eq!(
+            r.get(TELEMETRY_SDK_LANGUAGE),
+            Some(&OwnedValue::from("rust"))
+        );
         assert_eq!(
             r.get(TELEMETRY_SDK_NAME),
-            Some(&Value::from("otel-ctx-writer"))
+            Some(&OwnedValue::from("otel-ctx-writer"))
         );
         assert!(r.service_instance_id().is_some_and(|id| id.len() == 36));
         let names = r
@@ -258,7 +271,7 @@ mod tests {
         assert_eq!(given.service_instance_id(), Some("fixed"));
         assert_eq!(
             given.get(TELEMETRY_SDK_NAME),
-            Some(&Value::from("opentelemetry"))
+            Some(&OwnedValue::from("opentelemetry"))
         );
         assert!(given
             .service_name()
