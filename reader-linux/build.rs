@@ -1,15 +1,8 @@
-//! Exports `otel_thread_ctx_v1` from the `otel-ctx` binary, whose demo service publishes
-//! thread contexts: a reader finds the TLS slot through the executable's `.dynsym`, where
-//! linkers put no symbol of an executable unless asked to.
+//! Exports `otel_thread_ctx_v1` from the examples and tests that publish thread contexts
+//! with the writer (a dev-dependency) for the tests to read: a reader finds the TLS slot
+//! through the executable's `.dynsym`, where linkers put no symbol of an executable unless
+//! asked to. The library itself defines no such symbol.
 
 fn main() {
-    let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
-    if os == "linux" {
-        println!(
-            "cargo:rustc-link-arg-bin=otel-ctx=-Wl,--export-dynamic-symbol=otel_thread_ctx_v1"
-        );
-        // The thread-reader test fixture publishes thread contexts too.
-        println!("cargo:rustc-link-arg-examples=-Wl,--export-dynamic-symbol=otel_thread_ctx_v1");
-    }
-    println!("cargo:rerun-if-changed=build.rs");
+    otel_ctx_export::export_tls_symbol();
 }

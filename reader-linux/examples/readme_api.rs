@@ -23,7 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "service.name = {:?}, key map = {:?}",
         snapshot.context.service_name(),
-        snapshot.threadlocal()?.attribute_key_map
+        snapshot.threadlocal.as_ref().map(|t| &t.attribute_key_map)
     );
     if std::env::args().nth(1).as_deref() == Some("--threads-of") {
         let other: u32 = std::env::args().nth(2).ok_or("pid expected")?.parse()?;

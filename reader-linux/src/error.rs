@@ -5,8 +5,11 @@ use std::io;
 
 use otel_ctx_codec::{DecodeError, HeaderError};
 
+use crate::memory::{is_gone, CopyError};
+
 /// Why a process context could not be read.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// The process has no `OTEL_CTX` mapping: it publishes no process context (or has not
     /// yet, or has unpublished it).
@@ -55,6 +58,7 @@ pub enum Error {
 
 /// What is wrong with a published process context.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Malformed {
     /// The 32-byte header does not validate.
     Header(HeaderError),
@@ -131,9 +135,23 @@ impl Error {
         }
     }
 
+    /// Turns a failed copy of `what` (such as `the header`) out of process `pid` into an
+    /// error: [`Error::ProcessGone`]; [`Error::NoContext`] for memory that is no longer
+    /// mapped in a live process (its context was unpublished); or as [`from_io`](Self::from_io).
+    pub fn from_copy(pid: u32, e: CopyError, what: &str) -> Self {
+        match e {
+            CopyError::Gone => Self::ProcessGone { pid },
+            CopyError::Unmapped if is_gone(pid) => Self::ProcessGone { pid },
+            CopyError::Unmapped => Self::NoContext { pid },
+            CopyError::Os { operation, source } => {
+                Self::from_io(pid, format!("{operation} (copying {what})"), source)
+            }
+        }
+    }
+
     /// Turns a system call's error into [`Error::PermissionDenied`],
     /// [`Error::ProcessGone`] or [`Error::Io`].
-    pub(crate) fn from_io(pid: u32, operation: impl Into<String>, source: io::Error) -> Self {
+    pub fn from_io(pid: u32, operation: impl Into<String>, source: io::Error) -> Self {
         match source.raw_os_error() {
             Some(libc::EACCES | libc::EPERM) => Self::PermissionDenied {
                 pid,

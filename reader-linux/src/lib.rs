@@ -14,35 +14,55 @@
 //! # Ok::<(), otel_ctx_reader::Error>(())
 //! ```
 //!
-//! - [`maps`]: finds the `OTEL_CTX` mapping in `/proc/<pid>/maps`, streaming the file.
-//! - [`ProcessContextReader`]: the seqlock read of the header and payload, cached
-//!   between reads, through `process_vm_readv` or `/proc/<pid>/mem`.
+//! - [`MapsScanner`]: finds the `OTEL_CTX` mapping in `/proc/<pid>/maps`, streaming the
+//!   file.
+//! - [`ProcessContextReader`]: the seqlock read ([`read_consistent`]) of the header and
+//!   payload, cached between reads, through [`ProcessMemory`] (`process_vm_readv` or
+//!   `/proc/<pid>/mem`).
 //! - [`OwnedProcessContext`] and [`OwnedValue`]: the decoded payload, owned.
 //! - [`scan`]: every process on the host that publishes a context.
-//! - [`ThreadReader`] and [`tls`]: every thread's context, through the TLS symbol
-//!   `otel_thread_ctx_v1`, in every TLS access model, read while the thread is stopped.
+//! - [`ThreadReader`]: every thread's context, through the TLS symbol
+//!   `otel_thread_ctx_v1`, in every TLS access model ([`resolve`], [`ElfTls`]), read
+//!   while the thread is held by a [`StoppedThread`]; [`ThreadReader::sample_into`]
+//!   samples without allocating.
 //! - [`Error`]: one enum whose messages say what to do.
 #![warn(missing_docs)]
+// Every system call that needs `unsafe` is in `sys`, which allows it for itself.
+#![deny(unsafe_code)]
 
-pub mod check;
 mod error;
-pub mod maps;
+mod maps;
 mod memory;
 mod reader;
 mod scan;
+mod seqlock;
+mod sys;
 mod threads;
-pub mod tls;
-mod value;
+mod tls;
 
 pub use error::{Error, Malformed};
-pub use maps::{ContextMapping, MappingKind, MappingName};
-pub use memory::{ProcessMemory, ReadMethod};
+pub use maps::{
+    ContextMapping, MappingKind, MappingName, MapsLine, MapsScanner, MAX_CANDIDATES,
+    SCAN_BUFFER_SIZE,
+};
+pub use memory::{is_gone, live_thread, CopyError, ProcessMemory, ReadMethod};
+/// The owned model of a decoded process context: the codec's, re-exported.
+pub use otel_ctx_codec::owned::{
+    OwnedKeyValue, OwnedProcessContext, OwnedValue, Threadlocal, THREADLOCAL_KEYS,
+};
 pub use reader::{
     boottime_ns, read_process_context, ProcessContextReader, ReaderOptions, Snapshot,
     DEFAULT_MAX_ATTEMPTS,
 };
-pub use scan::{comm, pids, scan, scan_with, Scan, ScanEntry};
+pub use scan::{comm, pids, scan, scan_with, thread_ids, Scan, ScanEntry};
+pub use seqlock::{read_consistent, PayloadCopy, SeqlockRead};
 pub use threads::{
-    OwnedThreadContext, ThreadError, ThreadReader, ThreadReport, DEFAULT_MAX_RECORD_SIZE,
+    OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
+    ThreadReaderOptions, ThreadReport, DEFAULT_MAX_RECORD_SIZE, KNOWN_SCHEMAS,
 };
-pub use value::{OwnedKeyValue, OwnedProcessContext, OwnedValue, Threadlocal, THREADLOCAL_KEYS};
+pub use tls::{
+    defining_module, loaded_modules, read_slot, read_slot_into, read_stopped, resolve, resolve_for,
+    AccessModel, ElfCache, ElfError, ElfTls, Libc, LoadedModule, Machine, PtraceError, Relocated,
+    Resolution, SampleError, SlotContents, SlotLocation, SlotState, StoppedThread, SymbolInfo,
+    SymbolTable, TargetMemory, ThreadRecord, ThreadSample, TlsError, TlsReloc, TlsSegment,
+};

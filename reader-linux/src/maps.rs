@@ -6,6 +6,7 @@
 //! allocation that grows with it.
 
 use std::fmt;
+use std::fs::File;
 use std::io::{self, Read};
 use std::ops::ControlFlow;
 
@@ -15,7 +16,7 @@ pub const SCAN_BUFFER_SIZE: usize = 16 * 1024;
 
 /// Most candidate mappings kept from one scan. The process context is a singleton, so more
 /// than one `OTEL_CTX` mapping is already unusual; the rest are ignored.
-pub const MAX_CANDIDATES: usize = 4;
+pub const MAX_CANDIDATES: usize = 8;
 
 /// The suffix the kernel appends to the name of a file-backed mapping whose file is gone.
 const DELETED_SUFFIX: &[u8] = b" (deleted)";
@@ -44,33 +45,43 @@ impl MappingKind {
     const ALL: [Self; 3] = [Self::AnonShmem, Self::Anon, Self::Memfd];
 }
 
-/// The name of a context mapping: one of the three kinds, with or without ` (deleted)`.
+/// The name of a context mapping: one that starts with one of the three names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MappingName {
-    /// Which of the names.
+    /// Which of the names it starts with.
     pub kind: MappingKind,
     /// Whether the kernel appended ` (deleted)` (a memfd whose descriptor was closed).
     pub deleted: bool,
+    /// Whether the name is exactly the kind's name, with or without ` (deleted)`; readers
+    /// that compare whole names (such as the OpenTelemetry eBPF profiler) find only
+    /// these.
+    pub exact: bool,
 }
 
 impl MappingName {
-    /// Matches a maps pathname exactly against the context mapping names, with or
-    /// without the ` (deleted)` suffix. Substrings and other names give `None`.
+    /// Matches a maps pathname against the context mapping names: OTEP 4719 reading step
+    /// 1 takes the entries whose names *start with* `[anon_shmem:OTEL_CTX]`,
+    /// `[anon:OTEL_CTX]` or `/memfd:OTEL_CTX` (` (deleted)` after a memfd name is one such
+    /// case). Names that only contain one of them, or none, give `None`.
     pub fn parse(name: &[u8]) -> Option<Self> {
-        let (base, deleted) = match name.strip_suffix(DELETED_SUFFIX) {
-            Some(base) => (base, true),
-            None => (name, false),
-        };
-        MappingKind::ALL
-            .into_iter()
-            .find(|kind| kind.name().as_bytes() == base)
-            .map(|kind| Self { kind, deleted })
+        MappingKind::ALL.into_iter().find_map(|kind| {
+            let rest = name.strip_prefix(kind.name().as_bytes())?;
+            let deleted = rest.ends_with(DELETED_SUFFIX);
+            Some(Self {
+                kind,
+                deleted,
+                exact: rest.is_empty() || rest == DELETED_SUFFIX,
+            })
+        })
     }
 }
 
 impl fmt::Display for MappingName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.kind.name())?;
+        if !self.exact {
+            f.write_str("...")?;
+        }
         if self.deleted {
             f.write_str(" (deleted)")?;
         }
@@ -177,11 +188,10 @@ impl ContextMapping {
     }
 }
 
-/// Whether a line may name a context mapping: a cheap test of the line's end, so the
-/// other lines of a huge maps file are not parsed at all.
+/// Whether a line may name a context mapping: a cheap search for `OTEL_CTX`, so the other
+/// lines of a huge maps file are not parsed at all.
 fn may_name_context(line: &[u8]) -> bool {
-    let line = line.strip_suffix(DELETED_SUFFIX).unwrap_or(line);
-    line.ends_with(b"OTEL_CTX]") || line.ends_with(b"OTEL_CTX")
+    memchr::memmem::find(line, b"OTEL_CTX").is_some()
 }
 
 /// Streams maps files through one reused fixed-size buffer.
@@ -251,23 +261,61 @@ impl MapsScanner {
         }
     }
 
+    /// Calls `f` on every line of the maps of process `pid`, as
+    /// [`for_each_line`](Self::for_each_line) does: `/proc/<pid>/maps`, or, when that shows
+    /// nothing because the main thread has exited while others run, the maps of a live
+    /// thread (`/proc/<pid>/task/<tid>/maps`), which show the same address space.
+    pub fn for_each_process_line(
+        &mut self,
+        pid: u32,
+        mut f: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> io::Result<()> {
+        let mut lines = 0usize;
+        let file = File::open(format!("/proc/{pid}/maps"))?;
+        self.for_each_line(file, |line| {
+            lines += 1;
+            f(line)
+        })?;
+        if lines > 0 {
+            return Ok(());
+        }
+        match crate::memory::live_thread(pid) {
+            Some(tid) if tid != pid => {
+                let file = File::open(format!("/proc/{pid}/task/{tid}/maps"))?;
+                self.for_each_line(file, f)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Finds the context mappings of process `pid` (see
+    /// [`for_each_process_line`](Self::for_each_process_line)), in file order, at most
+    /// [`MAX_CANDIDATES`] of them.
+    pub fn find_process_context_mappings(&mut self, pid: u32) -> io::Result<Vec<ContextMapping>> {
+        let mut found = Vec::new();
+        self.for_each_process_line(pid, |line| collect_candidate(&mut found, line))?;
+        Ok(found)
+    }
+
     /// Finds the context mappings in a maps file, in file order, at most
     /// [`MAX_CANDIDATES`] of them.
     pub fn find_context_mappings<R: Read>(&mut self, input: R) -> io::Result<Vec<ContextMapping>> {
         let mut found = Vec::new();
-        self.for_each_line(input, |line| {
-            if may_name_context(line) {
-                if let Some(mapping) = MapsLine::parse(line).and_then(|l| l.context_mapping()) {
-                    found.push(mapping);
-                    if found.len() == MAX_CANDIDATES {
-                        return ControlFlow::Break(());
-                    }
-                }
-            }
-            ControlFlow::Continue(())
-        })?;
+        self.for_each_line(input, |line| collect_candidate(&mut found, line))?;
         Ok(found)
     }
+}
+
+fn collect_candidate(found: &mut Vec<ContextMapping>, line: &[u8]) -> ControlFlow<()> {
+    if may_name_context(line) {
+        if let Some(mapping) = MapsLine::parse(line).and_then(|l| l.context_mapping()) {
+            found.push(mapping);
+            if found.len() == MAX_CANDIDATES {
+                return ControlFlow::Break(());
+            }
+        }
+    }
+    ControlFlow::Continue(())
 }
 
 #[cfg(test)]
@@ -320,6 +368,8 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let mut scanner = MapsScanner::new();
         let found = scanner.find_context_mappings(RECORDED.as_bytes()).unwrap();
         let names: Vec<String> = found.iter().map(|m| m.name.to_string()).collect();
+        // Names that start with one of the three count too (OTEP 4719 reading step 1);
+        // executable mappings and names that only contain `OTEL_CTX` do not.
         assert_eq!(
             names,
             [
@@ -327,8 +377,11 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
                 "/memfd:OTEL_CTX",
                 "[anon_shmem:OTEL_CTX]",
                 "[anon:OTEL_CTX]",
+                "/memfd:OTEL_CTX... (deleted)",
             ]
         );
+        assert!(found[..4].iter().all(|m| m.name.exact));
+        assert!(!found[4].name.exact && found[4].name.deleted);
         assert_eq!(found[0].start, 0x7f41_38bf_0000);
         assert_eq!(found[0].len(), 4096);
         assert_eq!(found[2].name.kind, MappingKind::AnonShmem);
@@ -336,7 +389,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     }
 
     #[test]
-    fn names_match_exactly() {
+    fn names_match_by_prefix() {
         for good in [
             "[anon_shmem:OTEL_CTX]",
             "[anon_shmem:OTEL_CTX] (deleted)",
@@ -346,15 +399,33 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
             "/memfd:OTEL_CTX (deleted)",
         ] {
             let name = MappingName::parse(good.as_bytes()).unwrap();
+            assert!(name.exact, "{good:?}");
             assert_eq!(name.to_string(), good);
+        }
+        for (prefixed, kind, deleted) in [
+            ("/memfd:OTEL_CTX ", MappingKind::Memfd, false),
+            (
+                "/memfd:OTEL_CTX (deleted) (deleted)",
+                MappingKind::Memfd,
+                true,
+            ),
+            ("/memfd:OTEL_CTX_BACKUP (deleted)", MappingKind::Memfd, true),
+            ("[anon:OTEL_CTX]2", MappingKind::Anon, false),
+            ("[anon_shmem:OTEL_CTX]x", MappingKind::AnonShmem, false),
+        ] {
+            let name = MappingName::parse(prefixed.as_bytes()).unwrap();
+            assert_eq!(
+                (name.kind, name.deleted, name.exact),
+                (kind, deleted, false)
+            );
         }
         for bad in [
             "OTEL_CTX",
-            "/memfd:OTEL_CTX ",
-            "/memfd:OTEL_CTX (deleted) (deleted)",
             "/memfd:otel_ctx",
             "[anon:OTEL_CTX",
-            "/memfd:OTEL_CTX_BACKUP (deleted)",
+            "[anon:OTEL_CTX2]",
+            "/tmp/OTEL_CTX",
+            "[anon:xOTEL_CTX]",
             " (deleted)",
             "",
         ] {

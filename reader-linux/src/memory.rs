@@ -3,8 +3,8 @@
 //! Two ways, both of which fail cleanly on memory the target has not mapped (no signal,
 //! no partial garbage):
 //! - [`process_vm_readv(2)`](https://man7.org/linux/man-pages/man2/process_vm_readv.2.html):
-//!   one system call per copy, no file descriptor. rustix has no wrapper for it, so this
-//!   module calls the `libc` crate's binding; it is the only `unsafe` in the crate.
+//!   one system call per copy, no file descriptor (the call itself is in the crate's
+//!   `sys` module: rustix has no wrapper for it).
 //! - [`pread(2)`](https://man7.org/linux/man-pages/man2/pread.2.html) on
 //!   [`/proc/<pid>/mem`](https://man7.org/linux/man-pages/man5/proc_pid_mem.5.html): used
 //!   when `process_vm_readv` is refused with `EPERM` or `ENOSYS` (a seccomp filter, a
@@ -12,9 +12,13 @@
 //!
 //! Both need the same permission: ptrace read access (`PTRACE_MODE_ATTACH_REALCREDS`).
 
+use std::cell::{Cell, OnceCell};
+use std::fmt;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+
+use crate::sys;
 
 /// How the reader copies memory out of the target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,56 +35,100 @@ pub enum ReadMethod {
 
 /// Why a copy failed.
 #[derive(Debug)]
-pub(crate) enum CopyError {
+#[non_exhaustive]
+pub enum CopyError {
     /// Part of the range is not mapped in the target.
     Unmapped,
     /// The target has exited.
     Gone,
     /// A system call failed; `operation` names it.
     Os {
+        /// The system call, such as `process_vm_readv`.
         operation: &'static str,
+        /// The kernel's error.
         source: io::Error,
     },
 }
 
-/// A target process's memory.
+impl fmt::Display for CopyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unmapped => f.write_str("address not mapped in the target"),
+            Self::Gone => f.write_str("the process exited"),
+            Self::Os { operation, source } => write!(f, "{operation} failed: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for CopyError {}
+
+impl From<CopyError> for io::Error {
+    fn from(e: CopyError) -> Self {
+        match e {
+            CopyError::Unmapped => io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+            CopyError::Gone => io::Error::new(io::ErrorKind::NotFound, e.to_string()),
+            CopyError::Os { source, .. } => source,
+        }
+    }
+}
+
+/// A target process's memory: copies through `process_vm_readv`, or `/proc/<pid>/mem`.
+/// Used by the process-context reader, the TLS resolver and the thread reader alike.
 #[derive(Debug)]
-pub(crate) struct Memory {
+pub struct ProcessMemory {
     pid: u32,
     method: ReadMethod,
     /// Set once `process_vm_readv` was refused in [`ReadMethod::Auto`].
-    vm_readv_refused: bool,
+    vm_readv_refused: Cell<bool>,
+    /// The thread `process_vm_readv` names: the process itself, or a live thread once the
+    /// main thread has exited (the kernel then finds no memory through the process id).
+    via: Cell<u32>,
     /// `/proc/<pid>/mem`, opened on first use and kept.
-    mem: Option<File>,
+    mem: OnceCell<File>,
 }
 
-impl Memory {
-    pub(crate) const fn new(pid: u32, method: ReadMethod) -> Self {
+impl ProcessMemory {
+    /// The memory of process `pid`, read with `method`. Opens nothing yet.
+    pub const fn new(pid: u32, method: ReadMethod) -> Self {
         Self {
             pid,
             method,
-            vm_readv_refused: false,
-            mem: None,
+            vm_readv_refused: Cell::new(false),
+            via: Cell::new(pid),
+            mem: OnceCell::new(),
         }
     }
 
+    /// The process.
+    pub const fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Whether the `/proc/<pid>/mem` fallback is in use.
-    pub(crate) const fn uses_proc_mem(&self) -> bool {
-        matches!(self.method, ReadMethod::ProcMem) || self.vm_readv_refused
+    pub fn uses_proc_mem(&self) -> bool {
+        matches!(self.method, ReadMethod::ProcMem) || self.vm_readv_refused.get()
     }
 
     /// Fills `buf` with the target's bytes at `addr`, or fails without a partial result.
-    pub(crate) fn read_exact(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), CopyError> {
+    pub fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), CopyError> {
         if buf.is_empty() {
             return Ok(());
         }
         if !self.uses_proc_mem() {
-            match process_vm_readv(self.pid, addr, buf) {
+            let mut result = process_vm_readv(self.via.get(), addr, buf);
+            if matches!(result, Err(CopyError::Gone)) {
+                // The main thread may have exited while others run on.
+                if let Some(tid) = live_thread(self.pid).filter(|&tid| tid != self.via.get()) {
+                    self.via.set(tid);
+                    result = process_vm_readv(tid, addr, buf);
+                }
+            }
+            match result {
                 Err(CopyError::Os { source, .. })
                     if self.method == ReadMethod::Auto
                         && matches!(source.raw_os_error(), Some(libc::EPERM | libc::ENOSYS)) =>
                 {
-                    self.vm_readv_refused = true;
+                    self.vm_readv_refused.set(true);
                 }
                 other => return other,
             }
@@ -88,20 +136,24 @@ impl Memory {
         self.pread(addr, buf)
     }
 
-    fn pread(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), CopyError> {
-        let file = match &self.mem {
-            Some(file) => file,
-            None => {
-                let path = format!("/proc/{}/mem", self.pid);
-                let file = File::open(path).map_err(|source| match source.raw_os_error() {
-                    Some(libc::ENOENT | libc::ESRCH) => CopyError::Gone,
-                    _ => CopyError::Os {
-                        operation: "open /proc/<pid>/mem",
-                        source,
-                    },
-                })?;
-                self.mem.insert(file)
-            }
+    fn pread(&self, addr: u64, buf: &mut [u8]) -> Result<(), CopyError> {
+        if self.mem.get().is_none() {
+            let path = match live_thread(self.pid) {
+                Some(tid) if tid != self.pid => format!("/proc/{}/task/{tid}/mem", self.pid),
+                _ => format!("/proc/{}/mem", self.pid),
+            };
+            let file = File::open(path).map_err(|source| match source.raw_os_error() {
+                Some(libc::ENOENT | libc::ESRCH) => CopyError::Gone,
+                _ => CopyError::Os {
+                    operation: "open /proc/<pid>/mem",
+                    source,
+                },
+            })?;
+            // Empty just above, and this value is not shared with another thread.
+            let _ = self.mem.set(file);
+        }
+        let Some(file) = self.mem.get() else {
+            return Err(CopyError::Gone);
         };
         // pread takes a signed offset: addresses above i64::MAX cannot be mapped in user
         // space and are refused here rather than as EINVAL.
@@ -147,60 +199,89 @@ impl Memory {
 
 /// One `process_vm_readv` of one local and one remote range.
 fn process_vm_readv(pid: u32, addr: u64, buf: &mut [u8]) -> Result<(), CopyError> {
-    let Ok(remote_base) = usize::try_from(addr) else {
+    let Ok(remote) = usize::try_from(addr) else {
         return Err(CopyError::Unmapped);
     };
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return Err(CopyError::Gone);
     };
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: remote_base as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
     loop {
-        // SAFETY: `local` describes `buf`, which is valid for writes of `buf.len()` bytes
-        // for the whole call; the kernel writes nothing else of this process. `remote` is
-        // only an address in the target, which the kernel checks and never dereferences in
-        // this process. One iovec each, no flags, as the man page requires.
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-        if n >= 0 {
+        return match sys::process_vm_readv(pid, remote, buf) {
             // A short count means the range ran into an unmapped page.
-            return if n as usize == buf.len() {
-                Ok(())
-            } else {
-                Err(CopyError::Unmapped)
-            };
-        }
-        let e = io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EFAULT) => CopyError::Unmapped,
-            Some(libc::ESRCH) => CopyError::Gone,
-            _ => CopyError::Os {
-                operation: "process_vm_readv",
-                source: e,
-            },
-        });
+            Ok(n) if n == buf.len() => Ok(()),
+            Ok(_) => Err(CopyError::Unmapped),
+            Err(e) => Err(match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EFAULT) => CopyError::Unmapped,
+                Some(libc::ESRCH) => CopyError::Gone,
+                _ => CopyError::Os {
+                    operation: "process_vm_readv",
+                    source: e,
+                },
+            }),
+        };
     }
 }
 
-/// `PF_EXITING` in the flags of `/proc/<pid>/stat`: the process is tearing itself down
-/// (its memory may already be gone) and is about to become a zombie.
+/// Whether process `pid` has exited: its `/proc` entry is gone, or it is a zombie or
+/// exiting and so is every thread it had. A process whose main thread has exited while
+/// other threads run (the kernel then shows its leader as a zombie) is not gone.
+pub fn is_gone(pid: u32) -> bool {
+    match task_state(&format!("/proc/{pid}/stat")) {
+        TaskState::Missing => true,
+        TaskState::Live => false,
+        TaskState::Exited => live_thread(pid).is_none(),
+    }
+}
+
+/// Whether thread `tid` has exited (or is exiting), whatever its process's other threads do.
+pub(crate) fn thread_is_gone(tid: u32) -> bool {
+    task_state(&format!("/proc/{tid}/stat")) != TaskState::Live
+}
+
+/// A thread of process `pid` that has not exited: the process's own id while its main
+/// thread runs, otherwise the first live one of `/proc/<pid>/task`. `None`: every thread
+/// has exited.
+///
+/// Per-process files of a process whose main thread has exited (its `maps`, `smaps`,
+/// `mem`) show nothing, while the same files of a live thread,
+/// `/proc/<pid>/task/<tid>/...`, show the shared address space.
+pub fn live_thread(pid: u32) -> Option<u32> {
+    if task_state(&format!("/proc/{pid}/stat")) == TaskState::Live {
+        return Some(pid);
+    }
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    tids.into_iter().find(|&tid| {
+        tid != pid && task_state(&format!("/proc/{pid}/task/{tid}/stat")) == TaskState::Live
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TaskState {
+    /// No such entry.
+    Missing,
+    /// A zombie, or exiting (`PF_EXITING`).
+    Exited,
+    /// Running, sleeping, stopped...
+    Live,
+}
+
+/// `PF_EXITING` in the flags of a `stat` file: the task is tearing itself down (its
+/// memory may already be gone) and is about to become a zombie.
 const PF_EXITING: u64 = 0x4;
 
-/// Whether `pid` has exited: its `/proc` entry is gone, it is a zombie, or it is exiting.
-pub(crate) fn is_gone(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-        return true;
+fn task_state(stat_path: &str) -> TaskState {
+    let Ok(stat) = std::fs::read(stat_path) else {
+        return TaskState::Missing;
     };
     // `pid (comm) state ppid pgrp session tty_nr tpgid flags ...`: comm may contain
     // anything, so the fields are counted from the last ')'.
     let Some(close) = stat.iter().rposition(|&b| b == b')') else {
-        return true;
+        return TaskState::Missing;
     };
     let fields = String::from_utf8_lossy(&stat[close + 1..]);
     let mut fields = fields.split_ascii_whitespace();
@@ -209,7 +290,17 @@ pub(crate) fn is_gone(pid: u32) -> bool {
         .nth(5)
         .and_then(|f| f.parse::<u64>().ok())
         .unwrap_or(0);
-    matches!(state, Some("Z" | "X" | "x") | None) || flags & PF_EXITING != 0
+    if matches!(state, Some("Z" | "X" | "x") | None) || flags & PF_EXITING != 0 {
+        TaskState::Exited
+    } else {
+        TaskState::Live
+    }
+}
+
+impl crate::tls::TargetMemory for ProcessMemory {
+    fn read_exact_at(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.read_exact(addr, buf).map_err(io::Error::from)
+    }
 }
 
 #[cfg(test)]
@@ -229,7 +320,7 @@ mod tests {
             ReadMethod::ProcMem,
             ReadMethod::Auto,
         ] {
-            let mut mem = Memory::new(own_pid(), method);
+            let mem = ProcessMemory::new(own_pid(), method);
             let mut out = [0u8; 256];
             mem.read_exact(addr, &mut out).unwrap();
             assert_eq!(&out[..], &data[..], "{method:?}");
@@ -239,7 +330,7 @@ mod tests {
     #[test]
     fn unmapped_is_a_clean_error() {
         for method in [ReadMethod::ProcessVmReadv, ReadMethod::ProcMem] {
-            let mut mem = Memory::new(own_pid(), method);
+            let mem = ProcessMemory::new(own_pid(), method);
             let mut out = [0u8; 16];
             for addr in [0u64, 8, u64::MAX - 4, 1 << 63] {
                 assert!(
@@ -269,37 +360,5 @@ mod tests {
         assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
         child.wait().unwrap();
         assert!(is_gone(pid));
-    }
-}
-
-/// A process's memory for the TLS resolver and the thread reader: the same copies as the
-/// process-context reader (`process_vm_readv`, falling back to `/proc/<pid>/mem`).
-#[derive(Debug)]
-pub struct ProcessMemory {
-    inner: std::cell::RefCell<Memory>,
-}
-
-impl ProcessMemory {
-    /// The memory of process `pid`, read with `method`.
-    pub fn new(pid: u32, method: ReadMethod) -> Self {
-        Self {
-            inner: std::cell::RefCell::new(Memory::new(pid, method)),
-        }
-    }
-}
-
-impl crate::tls::TargetMemory for ProcessMemory {
-    fn read_exact_at(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.inner
-            .borrow_mut()
-            .read_exact(addr, buf)
-            .map_err(|e| match e {
-                CopyError::Unmapped => io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "address not mapped in the target",
-                ),
-                CopyError::Gone => io::Error::new(io::ErrorKind::NotFound, "the process exited"),
-                CopyError::Os { source, .. } => source,
-            })
     }
 }

@@ -1,19 +1,16 @@
 //! Reading one process's context: OTEP 4719, "Read (external reader)", steps 1 to 6.
 
-use std::fs::File;
-use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
-use otel_ctx_codec::header::{
-    ProcessContextHeader, HEADER_SIZE, MAX_PAYLOAD_SIZE, TIMESTAMP_OFFSET,
-};
+use otel_ctx_codec::header::{HeaderError, HEADER_SIZE, MAX_PAYLOAD_SIZE};
 use otel_ctx_codec::proto::{Limits, ProcessContextView};
 use otel_ctx_codec::threadlocal::ThreadlocalError;
 
 use crate::error::{Error, Malformed};
 use crate::maps::{ContextMapping, MapsScanner};
-use crate::memory::{is_gone, CopyError, Memory, ReadMethod};
-use crate::value::{OwnedProcessContext, Threadlocal};
+use crate::memory::{is_gone, CopyError, ProcessMemory, ReadMethod};
+use crate::seqlock::{read_consistent, read_header, PayloadCopy, SeqlockRead};
+use otel_ctx_codec::owned::{OwnedProcessContext, Threadlocal};
 
 /// Attempts a read makes by default before giving up with [`Error::StillUpdating`].
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
@@ -21,8 +18,10 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
 /// Longest pause between two attempts; the pauses add up to a few milliseconds.
 const MAX_BACKOFF: Duration = Duration::from_millis(2);
 
-/// How a [`ProcessContextReader`] reads.
+/// How a [`ProcessContextReader`] reads. Start from `ReaderOptions::default()` and set
+/// fields with the builder methods (new fields may come as the specifications evolve).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReaderOptions {
     /// Largest `payload_size` accepted; larger ones are [`Malformed`] and are never
     /// copied. Default [`MAX_PAYLOAD_SIZE`] (65536), the eBPF profiler's bound.
@@ -48,8 +47,39 @@ impl Default for ReaderOptions {
     }
 }
 
+impl ReaderOptions {
+    /// Sets [`max_payload_size`](Self::max_payload_size).
+    #[must_use]
+    pub const fn with_max_payload_size(mut self, max: u32) -> Self {
+        self.max_payload_size = max;
+        self
+    }
+
+    /// Sets [`max_attempts`](Self::max_attempts).
+    #[must_use]
+    pub const fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// Sets [`read_method`](Self::read_method).
+    #[must_use]
+    pub const fn with_read_method(mut self, method: ReadMethod) -> Self {
+        self.read_method = method;
+        self
+    }
+
+    /// Sets [`limits`](Self::limits).
+    #[must_use]
+    pub const fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
 /// One consistent read of a process context.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Snapshot {
     /// The process.
     pub pid: u32,
@@ -68,17 +98,15 @@ pub struct Snapshot {
     pub payload_bytes: Vec<u8>,
     /// The decoded payload.
     pub context: OwnedProcessContext,
+    /// The thread-context reference data (`threadlocal.*` extra attributes), checked as
+    /// the codec checks it, when the payload was decoded.
+    pub threadlocal: Result<Threadlocal, ThreadlocalError>,
 }
 
 impl Snapshot {
-    /// The thread-context reference data, checked as the codec checks it.
-    pub fn threadlocal(&self) -> Result<Threadlocal, ThreadlocalError> {
-        match ProcessContextView::decode(&self.payload_bytes, &Limits::default()) {
-            Ok(view) => Threadlocal::from_view(&view),
-            // The bytes decoded when the snapshot was made, under limits at least this
-            // wide or the caller's own; a stricter default only hides the reference data.
-            Err(_) => Ok(Threadlocal::default()),
-        }
+    /// The thread-context reference data, or why it does not follow OTEP 4947.
+    pub const fn threadlocal(&self) -> Result<&Threadlocal, &ThreadlocalError> {
+        self.threadlocal.as_ref()
     }
 
     /// Nanoseconds between publication and `now_boottime_ns` (see [`boottime_ns`]), 0 if
@@ -104,7 +132,7 @@ pub fn boottime_ns() -> u64 {
 pub struct ProcessContextReader {
     pid: u32,
     options: ReaderOptions,
-    memory: Memory,
+    memory: ProcessMemory,
     mapping: Option<ContextMapping>,
     scanner: MapsScanner,
     payload: Vec<u8>,
@@ -132,7 +160,7 @@ impl ProcessContextReader {
         Ok(Self {
             pid,
             options,
-            memory: Memory::new(pid, options.read_method),
+            memory: ProcessMemory::new(pid, options.read_method),
             mapping: None,
             scanner: MapsScanner::new(),
             payload: Vec::new(),
@@ -151,7 +179,7 @@ impl ProcessContextReader {
 
     /// Whether reads go through `/proc/<pid>/mem` (because `process_vm_readv` was
     /// refused, or by [`ReadMethod::ProcMem`]).
-    pub const fn uses_proc_mem(&self) -> bool {
+    pub fn uses_proc_mem(&self) -> bool {
         self.memory.uses_proc_mem()
     }
 
@@ -217,27 +245,34 @@ impl ProcessContextReader {
         last: Option<u64>,
     ) -> Result<Attempt, AttemptError> {
         let pid = self.pid;
-        // Step 3 first: the timestamp on its own. A copy of the whole header is not atomic
-        // and may take `payload_size` and `payload` before its timestamp field, across an
-        // update; fields copied after this lone read and before an unchanged re-read
-        // (step 5) all belong to this timestamp's version.
-        let published_at = match self.read_timestamp(mapping) {
-            Ok(t) => t,
-            Err(CopyError::Unmapped) => {
-                return Err(AttemptError::Stale(self.no_context_or_gone()));
+        let read = read_consistent(
+            &self.memory,
+            mapping.start,
+            self.options.max_payload_size,
+            last,
+            &mut self.payload,
+        )
+        .map_err(|e| AttemptError::Fatal(Error::from_copy(pid, e, "the header")))?;
+        let header = match read {
+            SeqlockRead::Unmapped => return Err(AttemptError::Stale(self.no_context_or_gone())),
+            SeqlockRead::Unchanged(header) | SeqlockRead::Consistent { header, .. } => header,
+            // Updating, or changed under the read. Step 2 still holds while the writer
+            // works: a header that lost its identity is no longer a context.
+            _ => {
+                return match read_header(&self.memory, mapping.start) {
+                    Ok(header) => match header.check_identity() {
+                        Ok(()) => Ok(Attempt::Retry),
+                        Err(e) => Err(AttemptError::Stale(Error::Malformed {
+                            pid,
+                            problem: Malformed::Header(e),
+                        })),
+                    },
+                    Err(CopyError::Unmapped) => Err(AttemptError::Stale(self.no_context_or_gone())),
+                    Err(e) => Err(AttemptError::Fatal(Error::from_copy(pid, e, "the header"))),
+                };
             }
-            Err(e) => return Err(AttemptError::Fatal(self.copy_error(e, "header"))),
         };
-        // Orders the timestamp read above before the header copy below.
-        fence(Ordering::SeqCst);
-        // Step 2: the header, and its identity.
-        let header = match self.read_header(mapping.start) {
-            Ok(header) => header,
-            Err(CopyError::Unmapped) => {
-                return Err(AttemptError::Stale(self.no_context_or_gone()));
-            }
-            Err(e) => return Err(AttemptError::Fatal(self.copy_error(e, "header"))),
-        };
+        // Step 2: the header's identity.
         if let Err(e) = header.check_identity() {
             return Err(AttemptError::Stale(Error::Malformed {
                 pid,
@@ -245,55 +280,28 @@ impl ProcessContextReader {
             }));
         }
         self.mapping = Some(*mapping);
-        // 0 means the writer is changing the context; a different timestamp in the copy,
-        // that an update ran between the two reads.
-        if published_at == 0 || header.monotonic_published_at_ns != published_at {
-            return Ok(Attempt::Retry);
-        }
-        if last.is_some_and(|last| published_at <= last) {
+        let SeqlockRead::Consistent { payload, .. } = read else {
             return Ok(Attempt::Unchanged);
-        }
-        if let Err(e) = header.validate(self.options.max_payload_size) {
-            // The header copy is not atomic: a bad size may be a torn read of an update.
-            return if self.timestamp_changed(mapping, published_at)? {
-                Ok(Attempt::Retry)
-            } else {
-                Err(AttemptError::Fatal(Error::Malformed {
+        };
+        match payload {
+            PayloadCopy::Copied => {}
+            PayloadCopy::Unmapped => {
+                return Err(AttemptError::Fatal(Error::Malformed {
                     pid,
-                    problem: Malformed::Header(e),
+                    problem: Malformed::PayloadUnmapped {
+                        payload: header.payload,
+                        payload_size: header.payload_size,
+                    },
                 }))
-            };
-        }
-        // Step 4: orders the header read above before the payload copy below, so the
-        // payload is never older than the timestamp it is checked against.
-        fence(Ordering::SeqCst);
-        let size = header.payload_size as usize;
-        self.payload.clear();
-        self.payload.resize(size, 0);
-        match self.memory.read_exact(header.payload, &mut self.payload) {
-            Ok(()) => {}
-            Err(CopyError::Unmapped) => {
-                // An update may have freed the old payload after its new timestamp.
-                return if self.timestamp_changed(mapping, published_at)? {
-                    Ok(Attempt::Retry)
-                } else {
-                    Err(AttemptError::Fatal(Error::Malformed {
-                        pid,
-                        problem: Malformed::PayloadUnmapped {
-                            payload: header.payload,
-                            payload_size: header.payload_size,
-                        },
-                    }))
-                };
             }
-            Err(e) => return Err(AttemptError::Fatal(self.copy_error(e, "payload"))),
-        }
-        // Orders the payload copy above before the timestamp re-read below: a writer that
-        // started an update during the copy has zeroed or changed the timestamp by then.
-        fence(Ordering::SeqCst);
-        // Step 5.
-        if self.timestamp_changed(mapping, published_at)? {
-            return Ok(Attempt::Retry);
+            // Out of range: `validate` names what is wrong with the size.
+            _ => {
+                let problem = match header.validate(self.options.max_payload_size) {
+                    Err(e) => Malformed::Header(e),
+                    Ok(()) => Malformed::Header(HeaderError::EmptyPayload),
+                };
+                return Err(AttemptError::Fatal(Error::Malformed { pid, problem }));
+            }
         }
         // Step 6.
         let limits = Limits {
@@ -306,54 +314,32 @@ impl ProcessContextReader {
                 problem: Malformed::Payload(e),
             })
         })?;
+        let context = OwnedProcessContext::from_view(&view);
+        let threadlocal = Threadlocal::from_view(&view);
         Ok(Attempt::Done(Snapshot {
             pid,
             mapping: *mapping,
             version: header.version,
-            monotonic_published_at_ns: published_at,
+            monotonic_published_at_ns: header.monotonic_published_at_ns,
             payload_size: header.payload_size,
             payload: header.payload,
-            context: OwnedProcessContext::from_view(&view),
-            payload_bytes: self.payload.clone(),
+            context,
+            threadlocal,
+            // The buffer moves into the snapshot: the next read allocates its own.
+            payload_bytes: std::mem::take(&mut self.payload),
         }))
-    }
-
-    fn read_header(&mut self, addr: u64) -> Result<ProcessContextHeader, CopyError> {
-        let mut bytes = [0u8; HEADER_SIZE];
-        self.memory.read_exact(addr, &mut bytes)?;
-        // 32 bytes always make a header (every bit pattern is one), so `read` cannot fail.
-        Ok(ProcessContextHeader::read(&bytes).unwrap_or_default())
-    }
-
-    fn read_timestamp(&mut self, mapping: &ContextMapping) -> Result<u64, CopyError> {
-        let mut bytes = [0u8; 8];
-        self.memory
-            .read_exact(mapping.start + TIMESTAMP_OFFSET as u64, &mut bytes)?;
-        Ok(u64::from_ne_bytes(bytes))
-    }
-
-    fn timestamp_changed(
-        &mut self,
-        mapping: &ContextMapping,
-        published_at: u64,
-    ) -> Result<bool, AttemptError> {
-        match self.read_timestamp(mapping) {
-            Ok(t) => Ok(t != published_at),
-            Err(CopyError::Unmapped) => Err(AttemptError::Stale(self.no_context_or_gone())),
-            Err(e) => Err(AttemptError::Fatal(self.copy_error(e, "header"))),
-        }
     }
 
     /// Step 1: finds the mapping in `/proc/<pid>/maps`. Of several candidates, the first
     /// whose header has the right signature and version wins.
     fn discover(&mut self) -> Result<ContextMapping, Error> {
         let pid = self.pid;
-        let path = format!("/proc/{pid}/maps");
-        let file = File::open(&path).map_err(|e| Error::from_io(pid, format!("open {path}"), e))?;
-        let candidates = self
+        let mut candidates = self
             .scanner
-            .find_context_mappings(file)
-            .map_err(|e| Error::from_io(pid, format!("read {path}"), e))?;
+            .find_process_context_mappings(pid)
+            .map_err(|e| Error::from_io(pid, format!("read /proc/{pid}/maps"), e))?;
+        // Exact names first: they are what every reader finds.
+        candidates.sort_by_key(|c| !c.name.exact);
         self.choose(candidates)
     }
 
@@ -373,7 +359,7 @@ impl ProcessContextReader {
                 });
                 continue;
             }
-            match self.read_header(mapping.start) {
+            match read_header(&self.memory, mapping.start) {
                 Ok(header) => match header.check_identity() {
                     Ok(()) => {
                         self.mapping = Some(mapping);
@@ -388,7 +374,7 @@ impl ProcessContextReader {
                 },
                 // Unmapped since the maps line was printed.
                 Err(CopyError::Unmapped) => {}
-                Err(e) => return Err(self.copy_error(e, "header")),
+                Err(e) => return Err(Error::from_copy(pid, e, "the header")),
             }
         }
         Err(first_error.unwrap_or_else(|| self.no_context_or_gone()))
@@ -401,17 +387,6 @@ impl ProcessContextReader {
             Error::ProcessGone { pid: self.pid }
         } else {
             Error::NoContext { pid: self.pid }
-        }
-    }
-
-    fn copy_error(&self, e: CopyError, what: &str) -> Error {
-        let pid = self.pid;
-        match e {
-            CopyError::Gone => Error::ProcessGone { pid },
-            CopyError::Unmapped => self.no_context_or_gone(),
-            CopyError::Os { operation, source } => {
-                Error::from_io(pid, format!("{operation} (copying the {what})"), source)
-            }
         }
     }
 }

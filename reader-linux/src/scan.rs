@@ -46,6 +46,17 @@ pub fn pids() -> io::Result<Vec<u32>> {
     Ok(pids)
 }
 
+/// The thread ids of process `pid` (`/proc/<pid>/task`), in increasing order.
+pub fn thread_ids(pid: u32) -> Result<Vec<u32>, Error> {
+    let path = format!("/proc/{pid}/task");
+    let mut tids: Vec<u32> = fs::read_dir(&path)
+        .map_err(|e| Error::from_io(pid, format!("list {path}"), e))?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
 /// Scans every process on the host with default options.
 pub fn scan() -> io::Result<Scan> {
     scan_with(&ReaderOptions::default())
@@ -58,15 +69,7 @@ pub fn scan_with(options: &ReaderOptions) -> io::Result<Scan> {
     let mut scanner = MapsScanner::new();
     let mut result = Scan::default();
     for pid in pids()? {
-        let file = match fs::File::open(format!("/proc/{pid}/maps")) {
-            Ok(file) => file,
-            Err(e) if is_denied(&e) => {
-                result.denied.push(pid);
-                continue;
-            }
-            Err(_) => continue,
-        };
-        let found = match scanner.find_context_mappings(file) {
+        let mut found = match scanner.find_process_context_mappings(pid) {
             Ok(found) => found,
             Err(e) if is_denied(&e) => {
                 result.denied.push(pid);
@@ -77,7 +80,9 @@ pub fn scan_with(options: &ReaderOptions) -> io::Result<Scan> {
         if found.is_empty() {
             continue;
         }
-        // The maps were just read: hand the candidates over rather than read them again.
+        // The maps were just read: hand the candidates over rather than read them again,
+        // exact names first as the reader takes them.
+        found.sort_by_key(|c| !c.name.exact);
         let context = ProcessContextReader::with_options(pid, *options).and_then(|mut reader| {
             reader.choose(found)?;
             reader.read()

@@ -3,30 +3,81 @@
 //! context's `threadlocal.attribute_key_map`.
 
 use std::fmt;
-use std::io;
 
 use otel_ctx_codec::attrs::ResolvedAttrs;
 use otel_ctx_codec::record::{RecordHeader, RECORD_HEADER_SIZE};
-use otel_ctx_codec::threadlocal::MAX_KEY_MAP_LEN;
+use otel_ctx_codec::threadlocal::{MAX_KEY_MAP_LEN, SCHEMA_TLSDESC_V1_DEV, SCHEMA_TLS_V1};
 
 use crate::error::Error;
 use crate::memory::{ProcessMemory, ReadMethod};
 use crate::reader::ProcessContextReader;
 use crate::tls::{
-    loaded_modules, read_stopped, resolve, ElfCache, Libc, LoadedModule, PtraceError, Resolution,
-    SampleError, SlotState, StoppedThread, ThreadSample, TlsError,
+    loaded_modules, read_slot_into, read_stopped, resolve, ElfCache, Libc, LoadedModule,
+    PtraceError, Resolution, SampleError, SlotContents, StoppedThread, ThreadSample, TlsError,
 };
 
 /// Largest record the reader copies by default: any size `attrs_data_size` can declare.
 pub const DEFAULT_MAX_RECORD_SIZE: usize = RECORD_HEADER_SIZE + u16::MAX as usize;
 
+/// The values of `threadlocal.schema_version` whose records this reader knows: the TLS
+/// record of OTEP 4947, under its development name and its announced final name.
+pub const KNOWN_SCHEMAS: [&str; 2] = [SCHEMA_TLSDESC_V1_DEV, SCHEMA_TLS_V1];
+
+/// How a [`ThreadReader`] reads. Start from `ThreadReaderOptions::default()` and set
+/// fields with the builder methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ThreadReaderOptions {
+    /// Read thread contexts only when the process context's `threadlocal.schema_version`
+    /// is one of [`KNOWN_SCHEMAS`] (OTEP 4947 reading step 1: the process announces its
+    /// thread contexts there). Default `true`; `false` reads the slot of any process that
+    /// exports it, such as a test writer with no process context.
+    pub require_known_schema: bool,
+    /// Largest record copied; larger ones are reported as errors. Default
+    /// [`DEFAULT_MAX_RECORD_SIZE`].
+    pub max_record_size: usize,
+}
+
+impl Default for ThreadReaderOptions {
+    fn default() -> Self {
+        Self {
+            require_known_schema: true,
+            max_record_size: DEFAULT_MAX_RECORD_SIZE,
+        }
+    }
+}
+
+impl ThreadReaderOptions {
+    /// Sets [`require_known_schema`](Self::require_known_schema).
+    #[must_use]
+    pub const fn with_require_known_schema(mut self, require: bool) -> Self {
+        self.require_known_schema = require;
+        self
+    }
+
+    /// Sets [`max_record_size`](Self::max_record_size).
+    #[must_use]
+    pub const fn with_max_record_size(mut self, max: usize) -> Self {
+        self.max_record_size = max;
+        self
+    }
+}
+
 /// Why a process's thread contexts cannot be read at all.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ThreadError {
     /// The process cannot be inspected (gone, permission denied, ...).
     Process(Error),
     /// `otel_thread_ctx_v1` cannot be located.
     Tls(TlsError),
+    /// The process context announces no thread-context schema this reader knows.
+    Schema {
+        /// The process.
+        pid: u32,
+        /// `threadlocal.schema_version`, if the process context has one.
+        seen: Option<String>,
+    },
 }
 
 impl fmt::Display for ThreadError {
@@ -34,6 +85,21 @@ impl fmt::Display for ThreadError {
         match self {
             Self::Process(e) => e.fmt(f),
             Self::Tls(e) => e.fmt(f),
+            Self::Schema { pid, seen: None } => write!(
+                f,
+                "process {pid} announces no thread contexts: its process context has no \
+                 threadlocal.schema_version (or cannot be read); it may publish it later, \
+                 so read again"
+            ),
+            Self::Schema {
+                pid,
+                seen: Some(schema),
+            } => write!(
+                f,
+                "process {pid} announces thread-context schema {schema:?}, which this reader \
+                 does not know (it reads {})",
+                KNOWN_SCHEMAS.join(", ")
+            ),
         }
     }
 }
@@ -42,6 +108,7 @@ impl std::error::Error for ThreadError {}
 
 /// A valid thread context, copied out of the target and decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OwnedThreadContext {
     /// The record's fixed part.
     pub header: RecordHeader,
@@ -50,7 +117,8 @@ pub struct OwnedThreadContext {
     /// Where the record lives in the target.
     pub record_address: u64,
     /// Attributes by name, in key-index order: the last occurrence of each key, keys
-    /// outside the key map dropped; `#<index>` names when the process has no key map.
+    /// outside the key map dropped (all of them when the process has no key map).
+    /// Values that are not UTF-8 are shown with replacement characters.
     pub attributes: Vec<(String, String)>,
 }
 
@@ -73,6 +141,7 @@ impl OwnedThreadContext {
 
 /// One thread and what was read of it.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct ThreadReport {
     /// Thread id.
     pub tid: u32,
@@ -97,29 +166,19 @@ pub struct ThreadReader {
     max_record_size: usize,
 }
 
-fn process_error(pid: u32, operation: &str, source: io::Error) -> Error {
-    match source.raw_os_error() {
-        Some(libc::ENOENT | libc::ESRCH) => Error::ProcessGone { pid },
-        Some(libc::EACCES | libc::EPERM) => Error::PermissionDenied {
-            pid,
-            operation: operation.to_owned(),
-            source,
-        },
-        _ => Error::Io {
-            pid,
-            operation: operation.to_owned(),
-            source,
-        },
-    }
-}
-
 fn module_list(modules: &[LoadedModule]) -> Vec<(String, u64)> {
     modules.iter().map(|m| (m.path.clone(), m.bias)).collect()
 }
 
 impl ThreadReader {
-    /// Locates `otel_thread_ctx_v1` in process `pid` and reads its key map.
+    /// Locates `otel_thread_ctx_v1` in process `pid` and reads its key map, with default
+    /// options: the process context must announce a schema of [`KNOWN_SCHEMAS`].
     pub fn open(pid: u32) -> Result<Self, ThreadError> {
+        Self::with_options(pid, ThreadReaderOptions::default())
+    }
+
+    /// Locates `otel_thread_ctx_v1` in process `pid` and reads its key map.
+    pub fn with_options(pid: u32, options: ThreadReaderOptions) -> Result<Self, ThreadError> {
         let mut cache = ElfCache::new();
         let memory = ProcessMemory::new(pid, ReadMethod::Auto);
         let modules = Self::load(pid, &mut cache)?;
@@ -134,15 +193,27 @@ impl ThreadReader {
             context_published_at: 0,
             key_map: None,
             schema_version: None,
-            max_record_size: DEFAULT_MAX_RECORD_SIZE,
+            max_record_size: options.max_record_size.max(RECORD_HEADER_SIZE),
         };
         reader.refresh_key_map();
+        if options.require_known_schema {
+            let known = reader
+                .schema_version
+                .as_deref()
+                .is_some_and(|s| KNOWN_SCHEMAS.contains(&s));
+            if !known {
+                return Err(ThreadError::Schema {
+                    pid,
+                    seen: reader.schema_version,
+                });
+            }
+        }
         Ok(reader)
     }
 
     fn load(pid: u32, cache: &mut ElfCache) -> Result<Vec<LoadedModule>, ThreadError> {
         loaded_modules(pid, cache)
-            .map_err(|e| ThreadError::Process(process_error(pid, "read /proc/<pid>/maps", e)))
+            .map_err(|e| ThreadError::Process(Error::from_io(pid, "read /proc/<pid>/maps", e)))
     }
 
     fn resolve(
@@ -211,22 +282,16 @@ impl ThreadReader {
             }
         };
         self.context_published_at = snapshot.monotonic_published_at_ns;
-        if let Ok(threadlocal) = snapshot.threadlocal() {
+        if let Ok(threadlocal) = snapshot.threadlocal {
             self.schema_version = threadlocal.schema_version;
             self.key_map = threadlocal.attribute_key_map;
         }
         true
     }
 
-    /// The process's thread ids.
+    /// The process's thread ids, in increasing order.
     pub fn tids(&self) -> Result<Vec<u32>, Error> {
-        let dir = std::fs::read_dir(format!("/proc/{}/task", self.pid))
-            .map_err(|e| process_error(self.pid, "list /proc/<pid>/task", e))?;
-        let mut tids: Vec<u32> = dir
-            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        tids.sort_unstable();
-        Ok(tids)
+        crate::scan::thread_ids(self.pid)
     }
 
     /// Stops thread `tid`, reads its slot and record as they are (a checker wants to see
@@ -244,44 +309,91 @@ impl ThreadReader {
 
     /// Names the attributes of attrs-data as [`read_thread`](Self::read_thread) does.
     pub fn attribute_names(&mut self, attrs_data: &[u8]) -> Vec<(String, String)> {
-        self.name_attributes(attrs_data)
-    }
-
-    /// Stops thread `tid`, reads its context, lets it go. `Ok(None)`: no context.
-    pub fn read_thread(&mut self, tid: u32) -> Result<Option<OwnedThreadContext>, SampleError> {
-        let sample = self.sample_thread(tid)?;
-        let SlotState::Record(record) = sample.state else {
-            return Ok(None);
-        };
-        let attributes = self.name_attributes(&record.attrs_data);
-        Ok(Some(OwnedThreadContext {
-            header: record.header,
-            attrs_data: record.attrs_data,
-            record_address: record.address,
-            attributes,
-        }))
-    }
-
-    fn name_attributes(&mut self, attrs_data: &[u8]) -> Vec<(String, String)> {
-        let key_map_len = |map: &Option<Vec<String>>| {
-            map.as_ref()
-                .map_or(MAX_KEY_MAP_LEN, |m| m.len().min(MAX_KEY_MAP_LEN))
-        };
-        let mut resolved = ResolvedAttrs::resolve(attrs_data, key_map_len(&self.key_map));
-        // An index past the cached key map: the map may have grown since it was read.
-        if resolved.max_unknown_index().is_some() && self.refresh_key_map() {
-            resolved = ResolvedAttrs::resolve(attrs_data, key_map_len(&self.key_map));
-        }
+        let resolved = self.resolve_attrs(attrs_data);
+        let map = self.key_map.as_deref().unwrap_or(&[]);
         resolved
             .iter()
             .map(|(key, value)| {
-                let name = match &self.key_map {
-                    Some(map) => map[usize::from(key)].clone(),
-                    None => format!("#{key}"),
-                };
-                (name, String::from_utf8_lossy(value).into_owned())
+                (
+                    map[usize::from(key)].clone(),
+                    String::from_utf8_lossy(value).into_owned(),
+                )
             })
             .collect()
+    }
+
+    /// Stops thread `tid`, reads its context, lets it go. `Ok(None)`: no context.
+    /// Allocates the result; [`sample_into`](Self::sample_into) does not.
+    pub fn read_thread(&mut self, tid: u32) -> Result<Option<OwnedThreadContext>, SampleError> {
+        let mut buffer = RecordBuffer::new();
+        let Some(context) = self.sample_into(tid, &mut buffer)? else {
+            return Ok(None);
+        };
+        Ok(Some(OwnedThreadContext {
+            header: context.header,
+            attrs_data: context.attrs_data.to_vec(),
+            record_address: context.record_address,
+            attributes: context
+                .attributes()
+                .map(|(key, value)| (key.to_owned(), String::from_utf8_lossy(value).into_owned()))
+                .collect(),
+        }))
+    }
+
+    /// Stops thread `tid`, copies its record into `buffer`, lets it go, and names its
+    /// attributes with the cached key map. `Ok(None)`: no context.
+    ///
+    /// Allocation-free once `buffer` has held a record this large: the record goes into
+    /// the caller's buffer, the attributes are resolved on the stack, and names are
+    /// borrowed from the key map. Only a key index past the cached map costs more: the
+    /// process context is read again (OTEP 4947: an unknown index triggers a refresh).
+    pub fn sample_into<'a>(
+        &'a mut self,
+        tid: u32,
+        buffer: &'a mut RecordBuffer,
+    ) -> Result<Option<ThreadContextRef<'a>>, SampleError> {
+        let contents = {
+            let stopped = StoppedThread::stop(tid)?;
+            let thread_pointer = stopped.thread_pointer()?;
+            match self.resolution.slot_address(thread_pointer, &self.memory)? {
+                None => SlotContents::Null,
+                Some(slot) => read_slot_into(
+                    slot,
+                    &self.memory,
+                    self.max_record_size,
+                    &mut buffer.attrs_data,
+                )?,
+            }
+            // `stopped` is dropped here: the thread runs on.
+        };
+        let SlotContents::Record { address, header } = contents else {
+            return Ok(None);
+        };
+        let attrs_data = &buffer.attrs_data[..];
+        let resolved = self.resolve_attrs(attrs_data);
+        Ok(Some(ThreadContextRef {
+            header,
+            record_address: address,
+            attrs_data,
+            resolved,
+            key_map: self.key_map.as_deref().unwrap_or(&[]),
+        }))
+    }
+
+    fn key_map_len(&self) -> usize {
+        self.key_map
+            .as_ref()
+            .map_or(0, |m| m.len().min(MAX_KEY_MAP_LEN))
+    }
+
+    /// Resolves `attrs_data` against the key map, refreshing the map once when an
+    /// index lies past it: the map may have grown since it was read.
+    fn resolve_attrs<'d>(&mut self, attrs_data: &'d [u8]) -> ResolvedAttrs<'d> {
+        let resolved = ResolvedAttrs::resolve(attrs_data, self.key_map_len());
+        if resolved.max_unknown_index().is_some() && self.refresh_key_map() {
+            return ResolvedAttrs::resolve(attrs_data, self.key_map_len());
+        }
+        resolved
     }
 
     /// Reads every thread. Threads that exit meanwhile are left out. When a thread's
@@ -307,5 +419,79 @@ impl ThreadReader {
             reports.push(ThreadReport { tid, name, context });
         }
         Ok(reports)
+    }
+}
+
+/// The caller's buffer for [`ThreadReader::sample_into`]: reused from sample to sample.
+#[derive(Debug, Default)]
+pub struct RecordBuffer {
+    attrs_data: Vec<u8>,
+}
+
+impl RecordBuffer {
+    /// An empty buffer; it grows to the largest record sampled into it.
+    pub const fn new() -> Self {
+        Self {
+            attrs_data: Vec::new(),
+        }
+    }
+
+    /// A buffer that holds records of up to `record_size` bytes without growing.
+    pub fn with_capacity(record_size: usize) -> Self {
+        Self {
+            attrs_data: Vec::with_capacity(record_size.saturating_sub(RECORD_HEADER_SIZE)),
+        }
+    }
+}
+
+/// A valid thread context as [`ThreadReader::sample_into`] read it: borrowed from the
+/// caller's [`RecordBuffer`] and the reader's key map.
+#[derive(Clone, Debug)]
+pub struct ThreadContextRef<'a> {
+    /// The record's fixed part.
+    pub header: RecordHeader,
+    /// Where the record lives in the target.
+    pub record_address: u64,
+    /// The attrs-data, exactly `attrs_data_size` bytes.
+    pub attrs_data: &'a [u8],
+    resolved: ResolvedAttrs<'a>,
+    key_map: &'a [String],
+}
+
+impl<'a> ThreadContextRef<'a> {
+    /// The W3C trace id.
+    pub const fn trace_id(&self) -> [u8; 16] {
+        self.header.trace_id
+    }
+
+    /// The W3C span id.
+    pub const fn span_id(&self) -> [u8; 8] {
+        self.header.span_id
+    }
+
+    /// The W3C trace flags.
+    pub const fn trace_flags(&self) -> u8 {
+        self.header.trace_flags
+    }
+
+    /// Attributes by name, in key-index order: the last occurrence of each key, keys
+    /// outside the key map left out (OTEP 4947), the values as the record holds them.
+    pub fn attributes(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + '_ {
+        let map = self.key_map;
+        self.resolved
+            .iter()
+            .map(move |(key, value)| (map[usize::from(key)].as_str(), value))
+    }
+
+    /// The value of the attribute named `name`, if the record has it.
+    pub fn attribute(&self, name: &str) -> Option<&'a [u8]> {
+        self.attributes()
+            .find(|(key, _)| *key == name)
+            .map(|(_, v)| v)
+    }
+
+    /// Entries dropped because their key index is outside the key map.
+    pub fn dropped(&self) -> usize {
+        self.resolved.dropped()
     }
 }

@@ -163,14 +163,8 @@ fn me() -> u32 {
 }
 
 fn reader(method: ReadMethod) -> ProcessContextReader {
-    ProcessContextReader::with_options(
-        me(),
-        ReaderOptions {
-            read_method: method,
-            ..ReaderOptions::default()
-        },
-    )
-    .unwrap()
+    ProcessContextReader::with_options(me(), ReaderOptions::default().with_read_method(method))
+        .unwrap()
 }
 
 #[test]

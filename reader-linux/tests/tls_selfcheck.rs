@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::process::Command;
 
-use otel_ctx_reader::tls::{
+use otel_ctx_reader::{
     loaded_modules, resolve_for, AccessModel, ElfCache, Libc, SymbolTable, TargetMemory,
 };
 

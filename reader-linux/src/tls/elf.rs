@@ -138,6 +138,7 @@ pub struct ElfTls {
 
 /// Why an ELF file could not be analysed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ElfError {
     /// Not a 64-bit ELF file, or its structure is malformed.
     Malformed(&'static str),

@@ -73,9 +73,8 @@ const DELETED: &str = " (deleted)";
 
 /// Lists the ELF modules of `pid` (those with an executable mapping), analysed.
 pub fn loaded_modules(pid: u32, cache: &mut ElfCache) -> io::Result<Vec<LoadedModule>> {
-    let maps = File::open(format!("/proc/{pid}/maps"))?;
     let mut files: Vec<MappedFile> = Vec::new();
-    MapsScanner::new().for_each_line(maps, |line| {
+    MapsScanner::new().for_each_process_line(pid, |line| {
         let Some(line) = MapsLine::parse(line) else {
             return ControlFlow::Continue(());
         };
@@ -102,13 +101,18 @@ pub fn loaded_modules(pid: u32, cache: &mut ElfCache) -> io::Result<Vec<LoadedMo
         ControlFlow::Continue(())
     })?;
 
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+    let dir = match crate::memory::live_thread(pid) {
+        Some(tid) if tid != pid => format!("/proc/{pid}/task/{tid}"),
+        _ => format!("/proc/{pid}"),
+    };
+    let exe = std::fs::read_link(format!("{dir}/exe"))
         .ok()
         .and_then(|p| p.to_str().map(|s| s.trim_end_matches(DELETED).to_owned()));
     let page = rustix::param::page_size() as u64;
     let mut modules = Vec::new();
     for file in files.iter().filter(|f| f.executable) {
-        let Some(elf) = open_mapped(pid, file).and_then(|f| cache.analyse(f).ok().flatten()) else {
+        let Some(elf) = open_mapped(&dir, file).and_then(|f| cache.analyse(f).ok().flatten())
+        else {
             continue;
         };
         let (load_vaddr, load_offset) = elf.first_load;
@@ -135,13 +139,15 @@ pub fn loaded_modules(pid: u32, cache: &mut ElfCache) -> io::Result<Vec<LoadedMo
 
 /// Opens the file behind a mapping: by path under the target's root when it is still
 /// the same file, else through `map_files` (which needs `CAP_SYS_ADMIN`).
-fn open_mapped(pid: u32, file: &MappedFile) -> Option<File> {
+/// `dir` is the process's `/proc` directory, or a live thread's when the main thread has
+/// exited (its `root` and `map_files` are gone with it).
+fn open_mapped(dir: &str, file: &MappedFile) -> Option<File> {
     let path = file.path.trim_end_matches(DELETED);
-    if let Ok(f) = File::open(format!("/proc/{pid}/root{path}")) {
+    if let Ok(f) = File::open(format!("{dir}/root{path}")) {
         if f.metadata().is_ok_and(|m| m.ino() == file.inode) {
             return Some(f);
         }
     }
     let (start, end, _) = file.ranges.first()?;
-    File::open(format!("/proc/{pid}/map_files/{start:x}-{end:x}")).ok()
+    File::open(format!("{dir}/map_files/{start:x}-{end:x}")).ok()
 }

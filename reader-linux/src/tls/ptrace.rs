@@ -10,15 +10,19 @@
 //! waits for its tracer, and an uncollected one would keep the whole target process
 //! from being reaped for as long as the reader lives.
 //!
-//! rustix has no ptrace wrapper, so this module calls the `libc` crate's.
+//! A ptrace attachment belongs to the thread that made it: [`StoppedThread`] is neither
+//! `Send` nor `Sync`, so it is dropped (and detaches) on the thread that stopped the
+//! target. The system calls themselves are in the crate's `sys` module.
 
 use std::fmt;
 use std::io;
+use std::marker::PhantomData;
 
-use super::elf::Machine;
+use crate::sys;
 
 /// Why a thread could not be stopped.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum PtraceError {
     /// The thread has exited.
     Gone,
@@ -50,8 +54,7 @@ impl fmt::Display for PtraceError {
 
 impl std::error::Error for PtraceError {}
 
-fn last_error(request: &'static str) -> PtraceError {
-    let e = io::Error::last_os_error();
+fn os_error(request: &'static str, e: io::Error) -> PtraceError {
     if e.raw_os_error() == Some(libc::ESRCH) {
         PtraceError::Gone
     } else {
@@ -60,25 +63,28 @@ fn last_error(request: &'static str) -> PtraceError {
 }
 
 /// A thread held in a ptrace stop; detached (and any held signal re-injected) on drop.
+///
+/// Not `Send`: the kernel accepts `PTRACE_DETACH` only from the thread that attached, so
+/// a value dropped elsewhere would leave the target stopped.
 #[derive(Debug)]
 pub struct StoppedThread {
     tid: i32,
     /// A signal the thread received while being stopped, delivered again on detach.
     pending_signal: i32,
+    /// Ties the attachment to this thread (`*const ()` is neither `Send` nor `Sync`).
+    _tracer_thread: PhantomData<*const ()>,
 }
 
 impl StoppedThread {
     /// Seizes thread `tid` and waits until it is stopped.
     pub fn stop(tid: u32) -> Result<Self, PtraceError> {
         let tid = i32::try_from(tid).map_err(|_| PtraceError::Gone)?;
-        // SAFETY: PTRACE_SEIZE takes a tid and no pointers (addr and data are 0).
-        if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, 0usize) } == -1 {
-            let e = io::Error::last_os_error();
+        if let Err(e) = sys::ptrace_seize(tid) {
             return Err(match e.raw_os_error() {
                 Some(libc::ESRCH) => PtraceError::Gone,
                 // A thread that has just exited (a zombie not yet released, or one in
                 // its exit) is refused with EPERM too: that is not a permission problem.
-                Some(libc::EPERM) if crate::memory::is_gone(tid as u32) => PtraceError::Gone,
+                Some(libc::EPERM) if crate::memory::thread_is_gone(tid as u32) => PtraceError::Gone,
                 _ => PtraceError::Denied(e),
             });
         }
@@ -86,10 +92,10 @@ impl StoppedThread {
         let mut thread = Self {
             tid,
             pending_signal: 0,
+            _tracer_thread: PhantomData,
         };
-        // SAFETY: PTRACE_INTERRUPT takes a tid and no pointers.
-        if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0usize, 0usize) } == -1 {
-            let e = last_error("PTRACE_INTERRUPT");
+        if let Err(e) = sys::ptrace_interrupt(tid) {
+            let e = os_error("PTRACE_INTERRUPT", e);
             if !matches!(e, PtraceError::Gone) {
                 // Not stopped and not dying: detaching would fail, and the kernel
                 // detaches a running tracee when this process exits.
@@ -104,24 +110,22 @@ impl StoppedThread {
 
     fn wait_for_stop(&mut self) -> Result<(), PtraceError> {
         loop {
-            let mut status = 0;
-            // SAFETY: `status` is a valid place for waitpid to store the status word.
-            let r = unsafe { libc::waitpid(self.tid, &mut status, libc::__WALL) };
-            if r == -1 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
+            let status = match sys::waitpid_all(self.tid, 0) {
+                Ok(Some(status)) => status,
+                Ok(None) => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.tid = -1;
+                    return Err(if e.raw_os_error() == Some(libc::ECHILD) {
+                        PtraceError::Gone
+                    } else {
+                        PtraceError::Os {
+                            request: "waitpid",
+                            source: e,
+                        }
+                    });
                 }
-                self.tid = -1;
-                return Err(if e.raw_os_error() == Some(libc::ECHILD) {
-                    PtraceError::Gone
-                } else {
-                    PtraceError::Os {
-                        request: "waitpid",
-                        source: e,
-                    }
-                });
-            }
+            };
             if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
                 self.tid = -1;
                 return Err(PtraceError::Gone);
@@ -146,37 +150,17 @@ impl StoppedThread {
 
     /// The thread pointer: `fs_base` on x86_64, `tpidr_el0` on aarch64.
     pub fn thread_pointer(&self) -> Result<u64, PtraceError> {
-        thread_pointer(self.tid, Machine::host())
+        sys::thread_pointer(self.tid).map_err(|e| {
+            os_error(
+                if cfg!(target_arch = "aarch64") {
+                    "PTRACE_GETREGSET(NT_ARM_TLS)"
+                } else {
+                    "PTRACE_GETREGS"
+                },
+                e,
+            )
+        })
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn thread_pointer(tid: i32, _machine: Machine) -> Result<u64, PtraceError> {
-    let mut regs = std::mem::MaybeUninit::<libc::user_regs_struct>::zeroed();
-    // SAFETY: PTRACE_GETREGS writes one user_regs_struct to `data`, which points at one.
-    let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, regs.as_mut_ptr()) };
-    if r == -1 {
-        return Err(last_error("PTRACE_GETREGS"));
-    }
-    // SAFETY: the buffer was zeroed and then filled by the kernel.
-    Ok(unsafe { regs.assume_init() }.fs_base)
-}
-
-#[cfg(target_arch = "aarch64")]
-fn thread_pointer(tid: i32, _machine: Machine) -> Result<u64, PtraceError> {
-    const NT_ARM_TLS: usize = 0x401;
-    let mut tpidr: u64 = 0;
-    let mut iov = libc::iovec {
-        iov_base: (&mut tpidr as *mut u64).cast(),
-        iov_len: std::mem::size_of::<u64>(),
-    };
-    // SAFETY: PTRACE_GETREGSET with NT_ARM_TLS writes at most `iov_len` bytes to
-    // `iov_base`, which points at a u64 that outlives the call.
-    let r = unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, NT_ARM_TLS, &mut iov) };
-    if r == -1 {
-        return Err(last_error("PTRACE_GETREGSET(NT_ARM_TLS)"));
-    }
-    Ok(tpidr)
 }
 
 impl Drop for StoppedThread {
@@ -184,19 +168,12 @@ impl Drop for StoppedThread {
         if self.tid <= 0 {
             return;
         }
-        // SAFETY: PTRACE_DETACH takes the signal to deliver in `data`, no pointers.
-        let detached = unsafe {
-            libc::ptrace(
-                libc::PTRACE_DETACH,
-                self.tid,
-                0usize,
-                self.pending_signal as usize,
-            )
-        } != -1;
         // ESRCH: the thread is no longer in its ptrace stop, which only SIGKILL ends (its
         // own, or its process's exit): it is dying, and its exit is ours to collect.
-        if !detached && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-            reap_dead_tracee(self.tid);
+        if let Err(e) = sys::ptrace_detach(self.tid, self.pending_signal) {
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                reap_dead_tracee(self.tid);
+            }
         }
     }
 }
@@ -209,16 +186,12 @@ const REAP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 fn reap_dead_tracee(tid: i32) {
     let deadline = std::time::Instant::now() + REAP_WAIT;
     loop {
-        let mut status = 0;
-        // SAFETY: `status` is a valid place for waitpid to store the status word.
-        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
-        if r == -1 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
+        match sys::waitpid_all(tid, libc::WNOHANG) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // Collected, or nothing of ours to collect (ECHILD).
+            Ok(Some(_)) | Err(_) => return,
+            Ok(None) if std::time::Instant::now() >= deadline => return,
+            Ok(None) => std::thread::sleep(std::time::Duration::from_micros(200)),
         }
-        // Collected (`tid`), or nothing of ours to collect (-1, ECHILD).
-        if r != 0 || std::time::Instant::now() >= deadline {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_micros(200));
     }
 }

@@ -139,6 +139,7 @@ pub struct Resolution {
 
 /// Why the slot cannot be found.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum TlsError {
     /// No module has `otel_thread_ctx_v1` in `.dynsym` or `.symtab`.
     SymbolNotFound,
@@ -274,24 +275,27 @@ fn dtv_pair(
     Ok(SlotLocation::Dtv { module_id, offset })
 }
 
-/// Chooses the module and relocation, and reads what the dynamic linker filled in.
-///
-/// The defining module is the one whose `.dynsym` defines the variable (the executable
-/// first), falling back to a `.symtab` definition.
+/// Chooses the module and relocation, and reads what the dynamic linker filled in, for
+/// the [`defining_module`].
 pub fn resolve(
     modules: &[LoadedModule],
     libc: Libc,
     mem: &dyn TargetMemory,
 ) -> Result<Resolution, TlsError> {
-    let defining = modules
+    let defining = defining_module(modules).ok_or(TlsError::SymbolNotFound)?;
+    resolve_for(defining, modules, libc, mem)
+}
+
+/// The module whose definition of the variable readers use: one whose `.dynsym` defines
+/// it (the executable first), falling back to a `.symtab` definition.
+pub fn defining_module(modules: &[LoadedModule]) -> Option<&LoadedModule> {
+    modules
         .iter()
         .filter(|m| m.elf.defines_symbol())
         .min_by_key(|m| {
             let table = m.elf.symbol.map(|s| s.table);
             (table != Some(SymbolTable::Dynsym), !m.is_main)
         })
-        .ok_or(TlsError::SymbolNotFound)?;
-    resolve_for(defining, modules, libc, mem)
 }
 
 /// Like [`resolve`], for the variable defined by `defining` (one of `modules`), when a

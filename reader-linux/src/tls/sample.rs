@@ -39,6 +39,7 @@ pub struct ThreadRecord {
 
 /// One thread's context as read while it was stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ThreadSample {
     /// Thread pointer.
     pub thread_pointer: u64,
@@ -50,6 +51,7 @@ pub struct ThreadSample {
 
 /// Why a thread's context could not be read.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum SampleError {
     /// Stopping the thread or reading its registers failed.
     Ptrace(PtraceError),
@@ -148,17 +150,64 @@ pub fn read_stopped(
     })
 }
 
+/// What a slot held, with the attrs-data in the caller's buffer
+/// ([`read_slot_into`]): [`SlotState`] without the allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SlotContents {
+    /// The slot is NULL: no context.
+    Null,
+    /// The slot points at a record whose `valid` is not 1: no context.
+    Invalid {
+        /// The record's address.
+        address: u64,
+        /// Its `valid` byte.
+        valid: u8,
+    },
+    /// A valid record; its attrs-data is in the buffer.
+    Record {
+        /// The record's address.
+        address: u64,
+        /// Its fixed 28 bytes.
+        header: RecordHeader,
+    },
+}
+
 /// Follows the slot at `slot` to its record. The caller keeps the thread stopped.
 pub fn read_slot(
     slot: u64,
     mem: &dyn TargetMemory,
     max_record_size: usize,
 ) -> Result<SlotState, SampleError> {
+    let mut attrs_data = Vec::new();
+    Ok(
+        match read_slot_into(slot, mem, max_record_size, &mut attrs_data)? {
+            SlotContents::Null => SlotState::Null,
+            SlotContents::Invalid { address, valid } => SlotState::Invalid { address, valid },
+            SlotContents::Record { address, header } => SlotState::Record(ThreadRecord {
+                address,
+                header,
+                attrs_data,
+            }),
+        },
+    )
+}
+
+/// Follows the slot at `slot` to its record, copying the attrs-data into `attrs_data`
+/// (cleared first; its allocation is reused, so a buffer that has held the largest record
+/// allocates no more). The caller keeps the thread stopped.
+pub fn read_slot_into(
+    slot: u64,
+    mem: &dyn TargetMemory,
+    max_record_size: usize,
+    attrs_data: &mut Vec<u8>,
+) -> Result<SlotContents, SampleError> {
+    attrs_data.clear();
     let mut word = [0u8; 8];
     read(mem, "the otel_thread_ctx_v1 slot", slot, &mut word)?;
     let address = u64::from_ne_bytes(word);
     if address == 0 {
-        return Ok(SlotState::Null);
+        return Ok(SlotContents::Null);
     }
     if address % RECORD_ALIGN as u64 != 0 {
         return Err(SampleError::Misaligned { address });
@@ -171,7 +220,7 @@ pub fn read_slot(
         source: std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
     })?;
     if !header.is_valid() {
-        return Ok(SlotState::Invalid {
+        return Ok(SlotContents::Invalid {
             address,
             valid: header.valid,
         });
@@ -183,18 +232,14 @@ pub fn read_slot(
             limit: max_record_size,
         });
     }
-    let mut attrs_data = vec![0u8; size - RECORD_HEADER_SIZE];
+    attrs_data.resize(size - RECORD_HEADER_SIZE, 0);
     if !attrs_data.is_empty() {
         read(
             mem,
             "the record's attrs-data",
             address.wrapping_add(RECORD_HEADER_SIZE as u64),
-            &mut attrs_data,
+            attrs_data,
         )?;
     }
-    Ok(SlotState::Record(ThreadRecord {
-        address,
-        header,
-        attrs_data,
-    }))
+    Ok(SlotContents::Record { address, header })
 }

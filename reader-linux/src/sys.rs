@@ -1,0 +1,102 @@
+//! The reader's system calls that rustix does not wrap, and so the only `unsafe` code in
+//! the crate: each function is one system call behind a safe signature, in the manner of
+//! rustix. Everything else in the crate is `deny(unsafe_code)`.
+//!
+//! - [`process_vm_readv(2)`](https://man7.org/linux/man-pages/man2/process_vm_readv.2.html)
+//! - [`ptrace(2)`](https://man7.org/linux/man-pages/man2/ptrace.2.html): `PTRACE_SEIZE`,
+//!   `PTRACE_INTERRUPT`, `PTRACE_DETACH`, and the thread-pointer register
+//!   (`PTRACE_GETREGS` on x86_64, `PTRACE_GETREGSET` with `NT_ARM_TLS` on aarch64)
+//! - [`waitpid(2)`](https://man7.org/linux/man-pages/man2/wait.2.html) with `__WALL`,
+//!   which rustix's `waitpid` does not accept (it is needed for threads other than a
+//!   thread group's leader).
+#![allow(unsafe_code)]
+
+use std::io;
+
+/// Copies `buf.len()` bytes at `remote` in process `pid` into `buf`: one
+/// `process_vm_readv` of one local and one remote range. Returns the bytes copied, which
+/// is short when the range runs into an unmapped page.
+pub(crate) fn process_vm_readv(pid: i32, remote: usize, buf: &mut [u8]) -> io::Result<usize> {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: remote as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` describes `buf`, which is valid for writes of `buf.len()` bytes for
+    // the whole call; the kernel writes nothing else of this process. `remote` is only an
+    // address in the target, which the kernel checks and never dereferences in this
+    // process. One iovec each, no flags, as the man page requires.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+fn check(r: libc::c_long) -> io::Result<()> {
+    if r == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `PTRACE_SEIZE`: attaches to thread `tid` without stopping it.
+pub(crate) fn ptrace_seize(tid: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_SEIZE takes a tid and no pointers (addr and data are 0).
+    check(unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, 0usize) })
+}
+
+/// `PTRACE_INTERRUPT`: stops seized thread `tid` at its next chance.
+pub(crate) fn ptrace_interrupt(tid: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_INTERRUPT takes a tid and no pointers.
+    check(unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0usize, 0usize) })
+}
+
+/// `PTRACE_DETACH`: lets thread `tid` go, delivering `signal` (0 for none).
+pub(crate) fn ptrace_detach(tid: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_DETACH takes the signal to deliver in `data`, no pointers.
+    check(unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, signal as usize) })
+}
+
+/// `waitpid(tid, __WALL | extra)`: `Ok(None)` when `WNOHANG` is in `extra` and nothing
+/// changed, otherwise the status word.
+pub(crate) fn waitpid_all(tid: i32, extra: i32) -> io::Result<Option<i32>> {
+    let mut status = 0;
+    // SAFETY: `status` is a valid place for waitpid to store the status word.
+    let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | extra) };
+    match r {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(None),
+        _ => Ok(Some(status)),
+    }
+}
+
+/// The thread pointer of stopped tracee `tid`: `fs_base`.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn thread_pointer(tid: i32) -> io::Result<u64> {
+    let mut regs = std::mem::MaybeUninit::<libc::user_regs_struct>::zeroed();
+    // SAFETY: PTRACE_GETREGS writes one user_regs_struct to `data`, which points at one.
+    check(unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, regs.as_mut_ptr()) })?;
+    // SAFETY: the buffer was zeroed, and then filled by the kernel.
+    Ok(unsafe { regs.assume_init() }.fs_base)
+}
+
+/// The thread pointer of stopped tracee `tid`: `tpidr_el0`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn thread_pointer(tid: i32) -> io::Result<u64> {
+    const NT_ARM_TLS: usize = 0x401;
+    let mut tpidr: u64 = 0;
+    let mut iov = libc::iovec {
+        iov_base: (&mut tpidr as *mut u64).cast(),
+        iov_len: std::mem::size_of::<u64>(),
+    };
+    // SAFETY: PTRACE_GETREGSET with NT_ARM_TLS writes at most `iov_len` bytes to
+    // `iov_base`, which points at a u64 that outlives the call.
+    check(unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, NT_ARM_TLS, &mut iov) })?;
+    Ok(tpidr)
+}
