@@ -272,44 +272,85 @@ def pack_record(attrs_data=b"", trace_id=TRACE_ID, span_id=SPAN_ID, valid=1, tra
             + attrs_data + after)
 
 
+def shown(value):
+    """A value as the vectors show it: UTF-8 text, each byte that is not valid UTF-8 as
+    U+FFFD (the vectors only use bytes that are never valid, so every decoder agrees)."""
+    return value.decode("utf-8", errors="replace")
+
+
+def is_utf8(value):
+    try:
+        value.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
 def read_record(data, key_map_len, max_record_size):
-    """The reading rules of README.md: returns (expected, error)."""
+    """The reading rules of README.md: returns every outcome a conforming reader may give,
+    each (expected, error); more than one where OTEP 4947 leaves the choice to the reader.
+
+    OTEP 4947 only recommends records of at most 640 bytes, and its one MUST about
+    attrs_data is to stop at an entry that does not fit: a reader that copies at most
+    max_record_size bytes keeps the ids and every entry complete within them, a reader
+    that copies the whole record keeps them all; neither refuses the record. It says
+    nothing of a value that is not UTF-8: a reader keeps it or drops that one entry, and
+    reads on, since its length still says where the next entry starts."""
     if len(data) < 28:
-        return None, "truncated"
+        return [(None, "truncated")]
     trace_id, span_id = data[:16], data[16:24]
     valid, flags, size = struct.unpack_from("<BBH", data, 24)
-    if 28 + size > max_record_size:
-        return None, "record_too_large"
-    if 28 + size > len(data):
-        return None, "attrs_past_end"
-    attrs = data[28:28 + size]
-    raw = []
-    pos = 0
-    while pos + 2 <= len(attrs) and pos + 2 + attrs[pos + 1] <= len(attrs):
-        key, n = attrs[pos], attrs[pos + 1]
-        raw.append([key, attrs[pos + 2:pos + 2 + n].decode("utf-8")])
-        pos += 2 + n
-    resolved = {}
-    for key, value in raw:
-        if key < key_map_len:
-            resolved[key] = value
-    return {
-        "trace_id": trace_id.hex(),
-        "span_id": span_id.hex(),
-        "valid": valid == 1,
-        "trace_flags": flags,
-        "attrs_data_size": size,
-        "entries": raw,
-        "incomplete": pos != len(attrs),
-        "attributes": [[k, resolved[k]] for k in sorted(resolved)],
-    }, None
+    whole = 28 + size
+    copies = [whole] if whole <= max_record_size else [max_record_size, whole]
+    outcomes = []
+    for end in copies:
+        if end > len(data):
+            outcomes.append((None, "attrs_past_end"))
+            continue
+        attrs = data[28:end]
+        raw = []
+        pos = 0
+        while pos + 2 <= len(attrs) and pos + 2 + attrs[pos + 1] <= len(attrs):
+            key, n = attrs[pos], attrs[pos + 1]
+            raw.append((key, attrs[pos + 2:pos + 2 + n]))
+            pos += 2 + n
+        keeps = [True] if all(is_utf8(value) for _, value in raw) else [True, False]
+        for keep_non_utf8 in keeps:
+            resolved = {}
+            for key, value in raw:
+                if key < key_map_len and (keep_non_utf8 or is_utf8(value)):
+                    resolved[key] = shown(value)
+            outcomes.append(({
+                "trace_id": trace_id.hex(),
+                "span_id": span_id.hex(),
+                "valid": valid == 1,
+                "trace_flags": flags,
+                "attrs_data_size": size,
+                "entries": [[key, shown(value)] for key, value in raw],
+                "incomplete": pos != len(attrs),
+                "attributes": [[k, resolved[k]] for k in sorted(resolved)],
+            }, None))
+    distinct = []
+    for outcome in outcomes:
+        if outcome not in distinct:
+            distinct.append(outcome)
+    return distinct
 
 
 def record_vector(name, description, spec, data, key_map_len, want_error=None,
-                  max_record_size=DEFAULT_MAX_RECORD_SIZE):
+                  max_record_size=DEFAULT_MAX_RECORD_SIZE, choices=1):
+    """A record vector; `choices` is how many outcomes the spec allows (then `expected` is
+    `{"either": [...]}`), so that a vector never offers a choice by accident."""
     inputs = {"key_map_len": key_map_len, "max_record_size": max_record_size}
-    expected, error = read_record(data, key_map_len, max_record_size)
-    assert error == want_error, f"{name}: reads as {error}, meant {want_error}"
+    outcomes = read_record(data, key_map_len, max_record_size)
+    assert len(outcomes) == choices, f"{name}: {len(outcomes)} outcomes, meant {choices}"
+    if choices == 1:
+        expected, error = outcomes[0]
+        assert error == want_error, f"{name}: reads as {error}, meant {want_error}"
+    else:
+        # A choice is between values: a reader never chooses to fail.
+        assert want_error is None and all(e is None for _, e in outcomes), name
+        expected, error = {"either": [x for x, _ in outcomes]}, None
     return vector(name, description, spec, data, inputs, expected, error)
 
 
@@ -341,6 +382,19 @@ def record_vectors():
         R + "trace_id and span_id",
         pack_record(entries((0, "worker")), trace_id=bytes(16), span_id=bytes(8),
                     trace_flags=0), 1))
+    # The writer MUST set both ids or neither; readers use what they find.
+    add(record_vector(
+        "trace_id_without_span_id",
+        "Only trace_id is set, which a writer must not do: a reader reports the ids as they "
+        "are and reads the attributes.",
+        R + "trace_id and span_id",
+        pack_record(entries((0, "GET")), span_id=bytes(8)), 1))
+    add(record_vector(
+        "span_id_without_trace_id",
+        "Only span_id is set, which a writer must not do: a reader reports the ids as they "
+        "are and reads the attributes.",
+        R + "trace_id and span_id",
+        pack_record(entries((0, "GET")), trace_id=bytes(16)), 1))
     add(record_vector(
         "trace_flags_sampled", "trace_flags 0x01 (sampled) is carried as is.",
         R + "trace_flags", pack_record(trace_flags=0x01), 0))
@@ -425,6 +479,12 @@ def record_vectors():
         "utf8_multibyte_value", "Values are UTF-8 and may hold multi-byte characters.",
         R + "attrs_data", pack_record(entries((0, "/café/日本"))), 1))
     add(record_vector(
+        "value_not_utf8",
+        "The second value is the bytes ff fe, never UTF-8: a reader keeps or drops that "
+        "entry and still reads the entries after it.",
+        R + "attrs_data",
+        pack_record(entries((0, "GET"), (1, b"\xff\xfe"), (2, "/a"))), 3, choices=2))
+    add(record_vector(
         "attrs_data_size_byte_order",
         "attrs_data_size 258 is stored as the bytes 02 01 (little-endian host order).",
         R + "layout", pack_record(entries((0, "w" * 254), (1, ""))), 2))
@@ -433,25 +493,30 @@ def record_vectors():
         "exactly_640_bytes", "A record of exactly 640 bytes is within the bound.",
         R + "size bound",
         pack_record(entries((0, "a" * 255), (1, "b" * 255), (2, "c" * 96))), 3))
+    # 640 bytes is a recommendation to writers: a reader that copies 640 bytes has the
+    # ids and the first two entries, one that copies the whole record has all three.
     add(record_vector(
-        "record_641_bytes_too_large",
-        "A record of 641 bytes is over the 640-byte bound.",
+        "record_641_bytes_over_bound",
+        "A record of 641 bytes, one over the recommended 640: a reader keeps the ids and "
+        "every entry complete within the bytes it copies.",
         R + "size bound",
         pack_record(entries((0, "a" * 255), (1, "b" * 255), (2, "c" * 97))), 3,
-        "record_too_large"))
+        choices=2))
     # 28 + 2 + 34 = 64.
     add(record_vector(
         "compact_64_bytes", "A 64-byte record fits a reader bound of 64.",
         R + "size bound", pack_record(entries((0, "p" * 34))), 1, max_record_size=64))
     add(record_vector(
         "record_65_bytes_over_custom_bound",
-        "A 65-byte record is over a reader bound of 64.",
-        R + "size bound", pack_record(entries((0, "p" * 35))), 1, "record_too_large",
-        max_record_size=64))
+        "A 65-byte record over a reader bound of 64: the ids, and the entry only if the "
+        "reader copies the whole record.",
+        R + "size bound", pack_record(entries((0, "p" * 35))), 1, max_record_size=64,
+        choices=2))
     add(record_vector(
-        "too_large_checked_before_past_end",
-        "A header claiming 65535 attrs bytes is over the bound before it is past the end.",
-        R + "check order", pack_record(attrs_data_size=0xFFFF), 2, "record_too_large"))
+        "over_bound_attrs_past_end",
+        "A header claiming 65535 attrs bytes with none following: neither a bounded nor a "
+        "whole copy can be read.",
+        R + "attrs_data_size", pack_record(attrs_data_size=0xFFFF), 2, "attrs_past_end"))
     add(record_vector(
         "truncated_27_bytes", "One byte short of the 28-byte header.",
         R + "layout", pack_record()[:27], 2, "truncated"))
@@ -963,6 +1028,13 @@ def payload_vectors():
           T + "threadlocal.schema_version",
           Ctx(resource=[("service.name", s("go-svc"))],
               attributes=[(SCHEMA_VERSION_KEY, s("go_pprof_labels_v1"))]))
+    valid("threadlocal_tls_v1",
+          "The schema version tls_v1, the name tlsdesc_v1_dev takes once OTEP 4947 is "
+          "merged, with a key map.",
+          T + "threadlocal.schema_version",
+          Ctx(resource=[("service.name", s("checkout"))],
+              attributes=[(SCHEMA_VERSION_KEY, s("tls_v1")),
+                          (ATTRIBUTE_KEY_MAP_KEY, arr(s("http.route"), s("http.method")))]))
     valid("threadlocal_key_map_without_schema_version",
           "A key map without a schema version is still read.",
           T + "threadlocal.attribute_key_map",

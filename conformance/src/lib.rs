@@ -1,6 +1,24 @@
-//! Shared helpers of the conformance tests: loading the language-neutral vectors of
-//! `spec-vectors/` and turning what the codec decodes into the same JSON shapes, so that
-//! a test compares like with like and names the vector that disagrees.
+//! Conformance for OpenTelemetry process context (OTEP 4719) and thread context
+//! (OTEP 4947) publishers, in any language.
+//!
+//! The checker ([`check()`], Linux only) judges a live process against every rule of
+//! both specifications ([`RuleId`]), PASS / WARN / FAIL with the rule's reference, as
+//! `otel-ctx check` prints it (rules and exit statuses in `CHECK.md`):
+//!
+//! ```no_run
+//! use otel_ctx_conformance::{check, CheckOptions, Status};
+//!
+//! let report = check(1234, &CheckOptions::default())?;
+//! for result in &report.results {
+//!     println!("{} {} {}", result.status, result.rule, result.observed);
+//! }
+//! assert_eq!(report.count(Status::Fail), 0);
+//! # Ok::<(), otel_ctx_reader::Error>(())
+//! ```
+//!
+//! The runner of the language-neutral vectors of `spec-vectors/` turns what the codec
+//! decodes into the vectors' JSON shapes, so that a test compares like with like and
+//! names the vector that disagrees:
 //!
 //! - [`vectors`]: the common envelope of a vector (name, description, spec, hex, inputs,
 //!   `expected` or `error`) and the loader.
@@ -10,7 +28,10 @@
 //!   prints, for the cross-check against protoc.
 //! - [`hex`]: the lowercase hex used by the vectors.
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
+mod check;
 pub mod header;
 pub mod hex;
 pub mod payload;
@@ -18,33 +39,9 @@ pub mod record;
 pub mod text_format;
 pub mod vectors;
 
-pub use vectors::{check, spec_vectors_dir, Inputs, LoadError, Outcome, Vector};
-
-/// The `otel-ctx` binary, built once through cargo: it belongs to another package, which
-/// cargo does not build for this package's tests.
-pub fn otel_ctx_binary() -> &'static std::path::PathBuf {
-    use std::process::{Command, Stdio};
-    static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        let out = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "otel-ctx-reader",
-                "--bin",
-                "otel-ctx",
-                "--message-format=json",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("cannot run cargo");
-        assert!(out.status.success(), "building otel-ctx failed");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .find_map(|msg| msg["executable"].as_str().map(std::path::PathBuf::from))
-            .expect("cargo named no otel-ctx executable")
-    })
-}
+#[cfg(target_os = "linux")]
+pub use check::{
+    check, wait_for_context, CheckOptions, Report, RuleId, RuleResult, Status,
+    DEFAULT_THREAD_ROUNDS, MAX_WINDOW,
+};
+pub use vectors::{spec_vectors_dir, Inputs, LoadError, Outcome, Vector};

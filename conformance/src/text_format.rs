@@ -1,5 +1,6 @@
 //! Enough of protobuf text format to read what `protoc --decode` prints, and to turn a
-//! decoded `ProcessContext` into the JSON shapes of [`crate::payload`].
+//! decoded `ProcessContext` into the codec's [`OwnedProcessContext`], to compare with a
+//! vector's `expected` value.
 //!
 //! protoc prints one field per line: `name: scalar` or `name { ... }`. Strings and bytes
 //! are double-quoted with C escapes (bytes outside printable ASCII as three octal
@@ -7,7 +8,7 @@
 //! `nan`. Fields the schema does not know are printed under their number (`100: 150`,
 //! `102: "..."`, `102 { ... }` when the bytes happen to parse as a message).
 
-use crate::payload::{Kv, Value};
+use otel_ctx_codec::owned::{OwnedKeyValue, OwnedProcessContext, OwnedValue};
 
 /// A value in text format.
 #[derive(Clone, Debug, PartialEq)]
@@ -223,11 +224,8 @@ fn string(name: &str, value: &TextValue) -> Result<String, String> {
     }
 }
 
-fn kv(m: &Message) -> Result<Kv, String> {
-    let mut out = Kv {
-        key: String::new(),
-        value: Value::Empty,
-    };
+fn kv(m: &Message) -> Result<OwnedKeyValue, String> {
+    let mut out = OwnedKeyValue::new(String::new(), OwnedValue::Empty);
     for (name, v) in m {
         match name.as_str() {
             "key" => out.key = string(name, v)?,
@@ -251,32 +249,32 @@ fn list<T>(m: &Message, each: impl Fn(&Message) -> Result<T, String>) -> Result<
     Ok(out)
 }
 
-fn any_value(m: &Message) -> Result<Value, String> {
-    let mut out = Value::Empty;
+fn any_value(m: &Message) -> Result<OwnedValue, String> {
+    let mut out = OwnedValue::Empty;
     for (name, v) in m {
         out = match name.as_str() {
-            "string_value" => Value::String(string(name, v)?),
-            "bool_value" => Value::Bool(match scalar(name, v)? {
+            "string_value" => OwnedValue::String(string(name, v)?),
+            "bool_value" => OwnedValue::Bool(match scalar(name, v)? {
                 "true" => true,
                 "false" => false,
                 other => return Err(format!("bool_value {other}")),
             }),
-            "int_value" => Value::Int(
+            "int_value" => OwnedValue::Int(
                 scalar(name, v)?
                     .parse()
                     .map_err(|e| format!("int_value: {e}"))?,
             ),
-            "double_value" => Value::Double(
+            "double_value" => OwnedValue::Double(
                 scalar(name, v)?
                     .parse()
                     .map_err(|e| format!("double_value: {e}"))?,
             ),
             "bytes_value" => match v {
-                TextValue::Bytes(b) => Value::Bytes(b.clone()),
+                TextValue::Bytes(b) => OwnedValue::Bytes(b.clone()),
                 other => return Err(format!("bytes_value should be quoted, found {other:?}")),
             },
-            "array_value" => Value::Array(list(message(name, v)?, any_value)?),
-            "kvlist_value" => Value::KvList(list(message(name, v)?, kv)?),
+            "array_value" => OwnedValue::Array(list(message(name, v)?, any_value)?),
+            "kvlist_value" => OwnedValue::KvList(list(message(name, v)?, kv)?),
             n if is_unknown(n) => continue,
             other => return Err(format!("unexpected AnyValue field `{other}`")),
         };
@@ -286,32 +284,32 @@ fn any_value(m: &Message) -> Result<Value, String> {
 
 /// The resource attributes and extra attributes of a `ProcessContext` printed by protoc,
 /// ignoring unknown fields and `Resource.dropped_attributes_count`.
-pub fn process_context(m: &Message) -> Result<(Vec<Kv>, Vec<Kv>), String> {
-    let mut resource = Vec::new();
-    let mut attributes = Vec::new();
+pub fn process_context(m: &Message) -> Result<OwnedProcessContext, String> {
+    let mut context = OwnedProcessContext::default();
     for (name, v) in m {
         match name.as_str() {
             "resource" => {
                 for (rname, rv) in message(name, v)? {
                     match rname.as_str() {
-                        "attributes" => resource.push(kv(message(rname, rv)?)?),
+                        "attributes" => context.resource.push(kv(message(rname, rv)?)?),
                         "dropped_attributes_count" => {}
                         n if is_unknown(n) => {}
                         other => return Err(format!("unexpected Resource field `{other}`")),
                     }
                 }
             }
-            "attributes" => attributes.push(kv(message(name, v)?)?),
+            "attributes" => context.attributes.push(kv(message(name, v)?)?),
             n if is_unknown(n) => {}
             other => return Err(format!("unexpected ProcessContext field `{other}`")),
         }
     }
-    Ok((resource, attributes))
+    Ok(context)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::payload::same_values;
 
     const PRINTED: &str = r#"resource {
   attributes {
@@ -345,26 +343,26 @@ attributes {
     fn reads_protoc_output() {
         let m = parse(PRINTED).unwrap();
         assert!(has_unknown_fields(&m));
-        let (resource, attributes) = process_context(&m).unwrap();
-        assert_eq!(
-            resource,
-            vec![Kv {
-                key: "hé\"\\\t".into(),
-                value: Value::Double(-0.0)
-            }]
+        let got = process_context(&m).unwrap();
+        // same_values, not ==: the printed -0 must read back as -0.0, not 0.0.
+        assert!(
+            same_values(&got.resource, &[OwnedKeyValue::new("hé\"\\\t", -0.0)]),
+            "{:?}",
+            got.resource
         );
-        assert_eq!(
-            attributes,
-            vec![
-                Kv {
-                    key: "k".into(),
-                    value: Value::Array(vec![Value::Int(i64::MIN), Value::Double(f64::INFINITY)])
-                },
-                Kv {
-                    key: "e".into(),
-                    value: Value::Empty
-                }
-            ]
+        assert!(
+            same_values(
+                &got.attributes,
+                &[
+                    OwnedKeyValue::new(
+                        "k",
+                        vec![OwnedValue::Int(i64::MIN), OwnedValue::Double(f64::INFINITY)]
+                    ),
+                    OwnedKeyValue::new("e", OwnedValue::Empty),
+                ]
+            ),
+            "{:?}",
+            got.attributes
         );
     }
 

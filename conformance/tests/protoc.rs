@@ -74,17 +74,18 @@ fn check_expected(v: &Vector<PayloadExpected>, want: &PayloadExpected) -> Result
     };
     let message = text_format::parse(&text)
         .map_err(|e| format!("cannot read protoc's output ({e}):\n{text}"))?;
-    let (resource, attributes) = text_format::process_context(&message)
+    let got = text_format::process_context(&message)
         .map_err(|e| format!("cannot read protoc's output ({e}):\n{text}"))?;
-    if resource != want.resource || attributes != want.attributes {
-        let show = |kvs| serde_json::to_string(kvs).unwrap_or_default();
+    if !payload::same_values(&got.resource, &want.resource)
+        || !payload::same_values(&got.attributes, &want.attributes)
+    {
         return Err(format!(
             "protoc decodes differently\n  expected resource   {}\n  protoc   resource   {}\n  \
              expected attributes {}\n  protoc   attributes {}",
-            show(&want.resource),
-            show(&resource),
-            show(&want.attributes),
-            show(&attributes)
+            payload::to_json(&want.resource),
+            payload::to_json(&got.resource),
+            payload::to_json(&want.attributes),
+            payload::to_json(&got.attributes)
         ));
     }
     Ok(())
