@@ -1,0 +1,449 @@
+//! `otel-ctx demo`: a demo service that publishes contexts, and a live view of what a
+//! reader sees of it.
+//!
+//! The service is this binary again, started with the hidden `demo-service` subcommand in
+//! its own process group (so Ctrl-C reaches only the viewer, which then stops it cleanly).
+//! It publishes a process context through `otel-ctx-writer`, registers thread-context keys,
+//! and runs 4 worker threads that serve fake requests, each attaching a thread context
+//! (new trace and span ids, `http.route`, `http.request.method`) for the length of a
+//! request. Every second it updates its process context (`demo.requests_served`), and
+//! after three seconds it registers one more key, `user.tier`, which updates the key map.
+//! It stops when its stdin closes.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use otel_ctx_reader::{
+    boottime_ns, comm, Error, OwnedKeyValue, OwnedValue, ProcessContextReader, Snapshot,
+};
+use otel_ctx_writer::process::{global, Resource};
+use otel_ctx_writer::thread::{self as thread_ctx, Key, ThreadContext};
+
+use super::watch::{Sampler, Screen};
+use super::{catch_sigint, text, INTERRUPTED};
+
+/// How often the viewer polls the timestamp.
+const POLL: Duration = Duration::from_millis(100);
+/// How often the viewer samples the service's threads (99 Hz, as profilers do).
+const SAMPLE: Duration = Duration::from_micros(10_101);
+/// How long the service has to publish before the viewer gives up.
+const STARTUP: Duration = Duration::from_secs(5);
+/// Changes kept in the live view.
+const HISTORY: usize = 8;
+
+/// Runs the viewer: starts the service, shows what a reader sees, stops the service.
+pub fn run(duration: Duration) -> Result<(), String> {
+    catch_sigint()?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let child = Command::new(exe)
+        .arg("demo-service")
+        .stdin(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start the demo service: {e}"))?;
+    let mut service = Service { child };
+    let result = watch(service.child.id(), duration);
+    let status = service.stop();
+    result?;
+    let status = status?;
+    println!("demo service stopped ({status})");
+    Ok(())
+}
+
+/// The running service; dropping it stops it.
+struct Service {
+    child: Child,
+}
+
+impl Service {
+    /// Closes the service's stdin (it unpublishes and exits), waiting at most 2 s before
+    /// killing it.
+    fn stop(&mut self) -> Result<std::process::ExitStatus, String> {
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return Ok(status),
+                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+                Ok(None) => {
+                    let _ = self.child.kill();
+                    return self
+                        .child
+                        .wait()
+                        .map_err(|e| format!("waiting for the demo service: {e}"));
+                }
+                Err(e) => return Err(format!("waiting for the demo service: {e}")),
+            }
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.stop();
+        }
+    }
+}
+
+/// The viewer's state between refreshes.
+struct View {
+    pid: u32,
+    comm: String,
+    tty: bool,
+    started: Instant,
+    duration: Duration,
+    current: Option<Snapshot>,
+    publications: u64,
+    history: VecDeque<String>,
+    screen: Screen,
+    /// Samples of the service's threads, per `http.route`.
+    sampler: Option<Sampler>,
+}
+
+fn watch(pid: u32, duration: Duration) -> Result<(), String> {
+    let mut reader = ProcessContextReader::open(pid).map_err(|e| e.to_string())?;
+    let mut view = View {
+        pid,
+        comm: String::new(),
+        tty: std::io::stdout().is_terminal(),
+        started: Instant::now(),
+        duration,
+        current: None,
+        publications: 0,
+        history: VecDeque::new(),
+        screen: Screen::default(),
+        sampler: None,
+    };
+    if !view.tty {
+        println!("demo service started: pid {pid}; reading its process context every {POLL:?}");
+    }
+    let mut last_poll: Option<Instant> = None;
+    while !INTERRUPTED.load(Ordering::Relaxed) && view.started.elapsed() < duration {
+        if last_poll.is_none_or(|t| t.elapsed() >= POLL) {
+            last_poll = Some(Instant::now());
+            let last = view
+                .current
+                .as_ref()
+                .map_or(0, |s| s.monotonic_published_at_ns);
+            match reader.read_if_changed(last) {
+                Ok(Some(snapshot)) => view.publish(snapshot),
+                Ok(None) => {}
+                // Not published yet, or caught mid-update: the next poll tells.
+                Err(Error::NoContext { .. } | Error::StillUpdating { .. })
+                    if view.current.is_some() || view.started.elapsed() < STARTUP => {}
+                Err(e) => return Err(e.to_string()),
+            }
+            if view.sampler.is_none() && view.current.is_some() {
+                view.sampler = Some(Sampler::open(pid, "http.route", false)?);
+            }
+            if view.tty {
+                view.redraw();
+            }
+        }
+        if let Some(sampler) = view.sampler.as_mut() {
+            sampler.round().map_err(|e| e.to_string())?;
+        }
+        thread::sleep(SAMPLE);
+    }
+    if view.tty {
+        view.redraw();
+    }
+    let why = if INTERRUPTED.load(Ordering::Relaxed) {
+        "interrupted"
+    } else {
+        "time is up"
+    };
+    if let (false, Some(sampler)) = (view.tty, &view.sampler) {
+        println!(
+            "thread samples per http.route, as a profiler reading otel_thread_ctx_v1 sees them"
+        );
+        print!("{}", sampler.table());
+    }
+    println!(
+        "{why} after {}: saw {} publications of the process context, took {} thread samples",
+        text::duration(view.started.elapsed().as_nanos() as u64),
+        view.publications,
+        view.sampler.as_ref().map_or(0, Sampler::samples)
+    );
+    Ok(())
+}
+
+/// Keys whose values differ between two attribute lists, with the new values (the last
+/// occurrence of each key, as readers take it).
+fn changes(before: &[OwnedKeyValue], after: &[OwnedKeyValue]) -> Vec<String> {
+    let find = |list: &[OwnedKeyValue], key: &str| -> Option<OwnedValue> {
+        list.iter()
+            .rev()
+            .find(|kv| kv.key == key)
+            .map(|kv| kv.value.clone())
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for kv in after {
+        if !seen.insert(kv.key.as_str()) {
+            continue;
+        }
+        let new = find(after, &kv.key);
+        if find(before, &kv.key) != new {
+            let shown = new.as_ref().map_or_else(String::new, text::value);
+            out.push(format!("{} = {}", kv.key, text::shorten(&shown)));
+        }
+    }
+    for kv in before {
+        if find(after, &kv.key).is_none() && seen.insert(kv.key.as_str()) {
+            out.push(format!("{} removed", kv.key));
+        }
+    }
+    out
+}
+
+impl View {
+    fn elapsed(&self) -> String {
+        format!("+{:.1}s", self.started.elapsed().as_secs_f64())
+    }
+
+    fn publish(&mut self, snapshot: Snapshot) {
+        self.publications += 1;
+        if self.comm.is_empty() {
+            self.comm = comm(self.pid).unwrap_or_default();
+        }
+        let line = match &self.current {
+            None => format!(
+                "{} published: {} resource attributes, {} extra attributes",
+                self.elapsed(),
+                snapshot.context.resource.len(),
+                snapshot.context.attributes.len()
+            ),
+            Some(before) => {
+                let mut changed = changes(&before.context.resource, &snapshot.context.resource);
+                changed.extend(changes(
+                    &before.context.attributes,
+                    &snapshot.context.attributes,
+                ));
+                format!(
+                    "{} updated (monotonic_published_at_ns +{}): {}",
+                    self.elapsed(),
+                    text::duration(
+                        snapshot.monotonic_published_at_ns - before.monotonic_published_at_ns
+                    ),
+                    if changed.is_empty() {
+                        "no attribute changed".to_owned()
+                    } else {
+                        changed.join(", ")
+                    }
+                )
+            }
+        };
+        if !self.tty {
+            if self.current.is_none() {
+                print!("{}", text::snapshot(&snapshot, &self.comm, boottime_ns()));
+            }
+            println!("{line}");
+            let _ = std::io::stdout().flush();
+        }
+        self.history.push_back(line);
+        if self.history.len() > HISTORY {
+            self.history.pop_front();
+        }
+        self.current = Some(snapshot);
+    }
+
+    /// Redraws the view in place: moves the cursor up over the last drawing and clears
+    /// what is below it.
+    fn redraw(&mut self) {
+        let mut out = String::new();
+        let left = self.duration.saturating_sub(self.started.elapsed());
+        let _ = writeln!(
+            out,
+            "otel-ctx demo: service pid {} ({} publications seen, {} left, Ctrl-C stops)\n",
+            self.pid,
+            self.publications,
+            text::duration(left.as_nanos() as u64)
+        );
+        match &self.current {
+            Some(s) => out.push_str(&text::snapshot(s, &self.comm, boottime_ns())),
+            None => out.push_str("waiting for the service to publish...\n"),
+        }
+        out.push_str("\nchanges seen by the reader\n");
+        for line in &self.history {
+            let _ = writeln!(out, "  {line}");
+        }
+        if let Some(sampler) = &self.sampler {
+            let _ = writeln!(
+                out,
+                "\nthread samples at 99 Hz ({} so far) through {}",
+                sampler.samples(),
+                sampler.heading()
+            );
+            out.push_str(&sampler.table());
+        }
+        self.screen.draw(&out);
+    }
+}
+
+/// The demo service: publishes, serves fake requests on 4 threads, stops when stdin
+/// closes.
+pub fn service() -> Result<(), String> {
+    // If the viewer dies without closing stdin, stop too.
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
+    let resource = Resource::builder()
+        .service_name("demo-checkout")
+        .service_version("1.4.2")
+        .deployment_environment_name("demo")
+        .attribute("host.arch", std::env::consts::ARCH)
+        .attribute("process.pid", i64::from(std::process::id()))
+        .build()
+        .map_err(|e| e.to_string())?;
+    global::publish(resource).map_err(|e| format!("cannot publish the process context: {e}"))?;
+    let [route_key, method_key] =
+        thread_ctx::register_all(["http.route", "http.request.method"])
+            .map_err(|e| format!("cannot register thread-context keys: {e}"))?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicU64::new(0));
+    let tier_key = Arc::new(std::sync::OnceLock::new());
+    let workers: Vec<_> = (0..4u64)
+        .map(|worker| {
+            let (stop, served, tier_key) = (stop.clone(), served.clone(), tier_key.clone());
+            thread::Builder::new()
+                .name(format!("demo-worker-{worker}"))
+                .spawn(move || {
+                    serve(worker, route_key, method_key, &tier_key, &stop, &served);
+                })
+                .map_err(|e| format!("cannot start a worker thread: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+
+    // Stop when the viewer closes stdin.
+    {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let mut sink = [0u8; 64];
+            while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+
+    let started = Instant::now();
+    let mut generation = 0i64;
+    while !stop.load(Ordering::Relaxed) {
+        thread::sleep(Duration::from_millis(50));
+        if started.elapsed() < Duration::from_secs(generation as u64 + 1) {
+            continue;
+        }
+        generation += 1;
+        let count = served.load(Ordering::Relaxed) as i64;
+        global::update(|_, extra| {
+            extra.set("demo.requests_served", OwnedValue::Int(count));
+        })
+        .map_err(|e| format!("cannot update the process context: {e}"))?;
+        if generation == 3 && tier_key.get().is_none() {
+            let key = thread_ctx::register("user.tier")
+                .map_err(|e| format!("cannot register a thread-context key: {e}"))?;
+            let _ = tier_key.set(key);
+        }
+    }
+    for worker in workers {
+        let _ = worker.join();
+    }
+    global::unpublish().map_err(|e| format!("cannot unpublish the process context: {e}"))?;
+    Ok(())
+}
+
+const ROUTES: [(&str, &str); 5] = [
+    ("GET", "/api/cart"),
+    ("POST", "/api/cart/items"),
+    ("GET", "/api/products/:id"),
+    ("POST", "/api/checkout"),
+    ("GET", "/healthz"),
+];
+const TIERS: [&str; 3] = ["free", "pro", "enterprise"];
+
+/// xorshift64*: ids that look random, without a dependency.
+fn next_random(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+/// One worker: a request attaches a thread context with fresh ids, "works", detaches.
+fn serve(
+    worker: u64,
+    route_key: Key,
+    method_key: Key,
+    tier_key: &std::sync::OnceLock<Key>,
+    stop: &AtomicBool,
+    served: &AtomicU64,
+) {
+    let mut rng = boottime_ns() ^ (worker + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let Ok(mut context) = ThreadContext::with_capacity(ThreadContext::CAPACITY) else {
+        return;
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let n = next_random(&mut rng);
+        let (method, route) = ROUTES[(n % ROUTES.len() as u64) as usize];
+        let mut trace_id = [0u8; 16];
+        trace_id[..8].copy_from_slice(&next_random(&mut rng).to_be_bytes());
+        trace_id[8..].copy_from_slice(&next_random(&mut rng).to_be_bytes());
+        let span_id = next_random(&mut rng).to_be_bytes();
+        let tier = TIERS[(n >> 8) as usize % TIERS.len()];
+        let attrs = [(route_key, route), (method_key, method)];
+        let updated = match tier_key.get() {
+            Some(&tier_key) => context.update(
+                trace_id,
+                span_id,
+                0x01,
+                &[attrs[0], attrs[1], (tier_key, tier)],
+            ),
+            None => context.update(trace_id, span_id, 0x01, &attrs),
+        };
+        if updated.is_err() {
+            return;
+        }
+        let previous = context.attach();
+        // The request's work.
+        thread::sleep(Duration::from_millis(10 + (n >> 16) % 40));
+        served.fetch_add(1, Ordering::Relaxed);
+        context = match thread_ctx::detach() {
+            Some(context) => context,
+            None => return,
+        };
+        // Nothing else attaches on this thread, so there is no previous context to
+        // restore; dropping it (if any) frees its record.
+        drop(previous);
+        // Idle between requests, with no context attached.
+        thread::sleep(Duration::from_millis(5 + (n >> 24) % 20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, value: i64) -> OwnedKeyValue {
+        OwnedKeyValue {
+            key: key.to_owned(),
+            value: OwnedValue::Int(value),
+        }
+    }
+
+    #[test]
+    fn changes_lists_new_changed_and_removed_keys_once() {
+        let before = [kv("a", 1), kv("b", 2), kv("gone", 3)];
+        let after = [kv("a", 1), kv("b", 5), kv("b", 6), kv("new", 7)];
+        assert_eq!(
+            changes(&before, &after),
+            ["b = 6", "new = 7", "gone removed"]
+        );
+        assert!(changes(&after, &after).is_empty());
+    }
+}

@@ -1,0 +1,249 @@
+//! `otel-ctx ps`: every process that publishes a process context.
+
+use std::fmt::Write as _;
+
+use otel_ctx_reader::{boottime_ns, scan, Scan, ScanEntry, Snapshot};
+use serde::Serialize;
+
+use super::{json, text};
+
+/// The thread-context schema a process announces, if any.
+fn schema(s: &Snapshot) -> Option<&str> {
+    s.threadlocal()
+        .ok()
+        .and_then(|tl| tl.schema_version.as_deref())
+}
+
+/// Runs `ps`.
+pub fn run(as_json: bool) -> Result<(), String> {
+    let result = scan().map_err(|e| format!("cannot list /proc: {e}"))?;
+    let now = boottime_ns();
+    if as_json {
+        json::print(&to_json(&result, now))?;
+    } else {
+        print!("{}", to_text(&result, now));
+    }
+    match result.denied.len() {
+        0 => {}
+        n => eprintln!(
+            "otel-ctx: {n} {} could not be checked (permission denied reading /proc/<pid>/maps); \
+             run as root or with CAP_SYS_PTRACE to see {}",
+            if n == 1 { "process" } else { "processes" },
+            if n == 1 { "it" } else { "them" },
+        ),
+    }
+    Ok(())
+}
+
+fn to_text(result: &Scan, now: u64) -> String {
+    let dash = || "-".to_owned();
+    let mut rows = vec![[
+        "PID",
+        "COMMAND",
+        "SERVICE.NAME",
+        "SERVICE.INSTANCE.ID",
+        "SERVICE.VERSION",
+        "AGE",
+        "THREADS",
+    ]
+    .map(str::to_owned)
+    .to_vec()];
+    let mut problems = String::new();
+    for ScanEntry { pid, comm, context } in &result.entries {
+        let row = match context {
+            Ok(s) => {
+                let ctx = &s.context;
+                vec![
+                    pid.to_string(),
+                    comm.clone(),
+                    ctx.service_name().map_or_else(dash, text::shorten),
+                    ctx.service_instance_id().map_or_else(dash, text::shorten),
+                    ctx.service_version().map_or_else(dash, text::shorten),
+                    text::duration(s.age_ns(now)),
+                    schema(s).map_or_else(dash, str::to_owned),
+                ]
+            }
+            Err(e) => {
+                let _ = writeln!(problems, "{pid}: {e}");
+                vec![
+                    pid.to_string(),
+                    comm.clone(),
+                    format!("({})", e.kind()),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                ]
+            }
+        };
+        rows.push(row);
+    }
+    let mut out = text::table(&rows);
+    if result.entries.is_empty() {
+        out.push_str("(no process publishes a process context)\n");
+    }
+    if !problems.is_empty() {
+        out.push('\n');
+        out.push_str(&problems);
+    }
+    out
+}
+
+/// The document of `ps --json`.
+#[derive(Serialize)]
+struct Document<'a> {
+    processes: Vec<Process<'a>>,
+    denied: &'a [u32],
+}
+
+/// One element of `processes`: every field but `pid`, `comm` and `error` is `null` when
+/// the context could not be read.
+#[derive(Serialize)]
+struct Process<'a> {
+    pid: u32,
+    comm: &'a str,
+    #[serde(rename = "service.name")]
+    service_name: Option<&'a str>,
+    #[serde(rename = "service.instance.id")]
+    service_instance_id: Option<&'a str>,
+    #[serde(rename = "service.version")]
+    service_version: Option<&'a str>,
+    monotonic_published_at_ns: Option<u64>,
+    age_ns: Option<u64>,
+    #[serde(rename = "threadlocal.schema_version")]
+    schema_version: Option<&'a str>,
+    error: Option<ProcessError>,
+}
+
+/// Why a process's context could not be read.
+#[derive(Serialize)]
+struct ProcessError {
+    kind: &'static str,
+    message: String,
+}
+
+fn to_json(result: &Scan, now: u64) -> Document<'_> {
+    let processes = result
+        .entries
+        .iter()
+        .map(|ScanEntry { pid, comm, context }| match context {
+            Ok(s) => Process {
+                pid: *pid,
+                comm,
+                service_name: s.context.service_name(),
+                service_instance_id: s.context.service_instance_id(),
+                service_version: s.context.service_version(),
+                monotonic_published_at_ns: Some(s.monotonic_published_at_ns),
+                age_ns: Some(s.age_ns(now)),
+                schema_version: schema(s),
+                error: None,
+            },
+            Err(e) => Process {
+                pid: *pid,
+                comm,
+                service_name: None,
+                service_instance_id: None,
+                service_version: None,
+                monotonic_published_at_ns: None,
+                age_ns: None,
+                schema_version: None,
+                error: Some(ProcessError {
+                    kind: e.kind(),
+                    message: e.to_string(),
+                }),
+            },
+        })
+        .collect();
+    Document {
+        processes,
+        denied: &result.denied,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use otel_ctx_reader::Error;
+
+    const PROCESS_KEYS: [&str; 9] = [
+        "pid",
+        "comm",
+        "service.name",
+        "service.instance.id",
+        "service.version",
+        "monotonic_published_at_ns",
+        "age_ns",
+        "threadlocal.schema_version",
+        "error",
+    ];
+
+    #[test]
+    fn unreadable_process_shape() {
+        let scan = Scan {
+            entries: vec![ScanEntry {
+                pid: 7,
+                comm: "app".into(),
+                context: Err(Error::NoContext { pid: 7 }),
+            }],
+            denied: vec![1, 2],
+        };
+        let out = serde_json::to_string(&to_json(&scan, 0)).unwrap();
+        let mut expected = vec!["processes"];
+        expected.extend(PROCESS_KEYS);
+        expected.extend(["kind", "message", "denied"]);
+        assert_eq!(json::keys(&out), expected);
+        let back: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let process = &back["processes"][0];
+        assert_eq!(process["pid"], 7);
+        assert_eq!(process["comm"], "app");
+        for key in &PROCESS_KEYS[2..8] {
+            assert!(process[key].is_null(), "{key}: {out}");
+        }
+        assert_eq!(process["error"]["kind"], "no_context");
+        assert!(process["error"]["message"].is_string(), "{out}");
+        assert_eq!(back["denied"], serde_json::json!([1, 2]));
+    }
+
+    #[test]
+    fn published_process_shape() {
+        let doc = Document {
+            processes: vec![Process {
+                pid: 4242,
+                comm: "checkout",
+                service_name: Some("checkout"),
+                service_instance_id: Some("8b49bea6"),
+                service_version: None,
+                monotonic_published_at_ns: Some(8_123_456_789_012),
+                age_ns: Some(5_120_000_000),
+                schema_version: Some("tlsdesc_v1_dev"),
+                error: None,
+            }],
+            denied: &[],
+        };
+        let out = serde_json::to_string(&doc).unwrap();
+        let mut expected = vec!["processes"];
+        expected.extend(PROCESS_KEYS);
+        expected.push("denied");
+        assert_eq!(json::keys(&out), expected);
+        let back: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            back,
+            serde_json::json!({"processes": [{
+                "pid": 4242,
+                "comm": "checkout",
+                "service.name": "checkout",
+                "service.instance.id": "8b49bea6",
+                "service.version": null,
+                "monotonic_published_at_ns": 8_123_456_789_012_u64,
+                "age_ns": 5_120_000_000_u64,
+                "threadlocal.schema_version": "tlsdesc_v1_dev",
+                "error": null
+            }], "denied": []})
+        );
+        let empty = Scan::default();
+        assert_eq!(
+            serde_json::to_string(&to_json(&empty, 0)).unwrap(),
+            r#"{"processes":[],"denied":[]}"#
+        );
+    }
+}

@@ -1,0 +1,362 @@
+//! `otel-ctx watch <pid>`: a small profiler view. Samples every thread at a fixed rate
+//! and counts samples per value of one thread-context attribute (such as `http.route`).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use otel_ctx_reader::{Error, ThreadReader};
+use serde::Serialize;
+
+use super::{catch_sigint, json, text, threads, INTERRUPTED};
+
+/// Bucket of a thread with no context attached.
+pub const NO_CONTEXT: &str = "(no context)";
+/// Bucket of a thread whose context could not be read.
+pub const UNREADABLE: &str = "(unreadable)";
+/// How often the modules and the key map are looked at again.
+const REFRESH: Duration = Duration::from_secs(1);
+
+/// Counts of samples per attribute value.
+pub struct Sampler {
+    reader: ThreadReader,
+    by: String,
+    raw_keys: bool,
+    counts: HashMap<String, u64>,
+    rounds: u64,
+    samples: u64,
+    last_refresh: Instant,
+}
+
+impl Sampler {
+    /// Locates the thread contexts of `pid`; samples are grouped by attribute `by`
+    /// (`raw_keys`: attributes named by key index, `#0`, as `show --raw-keys` does).
+    pub fn open(pid: u32, by: &str, raw_keys: bool) -> Result<Self, String> {
+        let reader = threads::open(pid, raw_keys).map_err(|e| e.to_string())?;
+        Ok(Self {
+            reader,
+            by: by.to_owned(),
+            raw_keys,
+            counts: HashMap::new(),
+            rounds: 0,
+            samples: 0,
+            last_refresh: Instant::now(),
+        })
+    }
+
+    /// Samples every thread once.
+    pub fn round(&mut self) -> Result<(), Error> {
+        if self.last_refresh.elapsed() >= REFRESH {
+            self.last_refresh = Instant::now();
+            // A library loaded or unloaded, a key registered: picked up here. A failure
+            // shows as unreadable samples below.
+            let _ = self.reader.refresh_modules();
+            self.reader.refresh_key_map();
+        }
+        let mut reports = self.reader.read_all()?;
+        self.rounds += 1;
+        for report in &mut reports {
+            if self.raw_keys {
+                if let Ok(Some(context)) = &mut report.context {
+                    threads::name_raw_keys(context);
+                }
+            }
+            let bucket = match &report.context {
+                Ok(None) => NO_CONTEXT.to_owned(),
+                Ok(Some(c)) => c
+                    .attributes
+                    .iter()
+                    .find(|(k, _)| *k == self.by)
+                    .map_or_else(|| format!("(no {})", self.by), |(_, v)| v.clone()),
+                Err(_) => UNREADABLE.to_owned(),
+            };
+            *self.counts.entry(bucket).or_default() += 1;
+            self.samples += 1;
+        }
+        Ok(())
+    }
+
+    /// `(value, samples)`, most samples first.
+    pub fn rows(&self) -> Vec<(&str, u64)> {
+        let mut rows: Vec<(&str, u64)> =
+            self.counts.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        rows
+    }
+
+    /// Thread samples taken.
+    pub const fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Rounds taken (each samples every thread once).
+    pub const fn rounds(&self) -> u64 {
+        self.rounds
+    }
+
+    /// The aligned table: value, samples, share, bar.
+    pub fn table(&self) -> String {
+        let mut rows = vec![vec![
+            format!("  {}", self.by.to_uppercase()),
+            "SAMPLES".to_owned(),
+            "SHARE".to_owned(),
+            String::new(),
+        ]];
+        for (value, n) in self.rows() {
+            let share = if self.samples == 0 {
+                0.0
+            } else {
+                n as f64 / self.samples as f64
+            };
+            rows.push(vec![
+                format!("  {}", text::shorten(value)),
+                n.to_string(),
+                format!("{:5.1}%", share * 100.0),
+                "#".repeat((share * 40.0).round() as usize),
+            ]);
+        }
+        text::table(&rows)
+    }
+
+    /// The summary document of `watch --json`.
+    pub fn json(&self, pid: u32, hz: u32, elapsed: Duration) -> Summary<'_> {
+        Summary {
+            pid,
+            by: &self.by,
+            hz,
+            duration_s: seconds(elapsed),
+            rounds: self.rounds,
+            samples: self.samples,
+            counts: self
+                .rows()
+                .into_iter()
+                .map(|(value, samples)| Count { value, samples })
+                .collect(),
+        }
+    }
+
+    /// The resolution line shown above the table.
+    pub fn heading(&self) -> String {
+        let r = self.reader.resolution();
+        format!(
+            "otel_thread_ctx_v1 in {} ({}, {})",
+            r.defining_module,
+            r.model.name(),
+            r.libc.name()
+        )
+    }
+}
+
+/// `d` in seconds, rounded to the millisecond: a clock read between rounds is not more
+/// precise than that.
+fn seconds(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+/// The document of `watch --json`.
+#[derive(Serialize)]
+pub struct Summary<'a> {
+    /// The process sampled.
+    pub pid: u32,
+    /// The attribute whose values group the samples.
+    pub by: &'a str,
+    /// Rounds per second asked for.
+    pub hz: u32,
+    /// How long sampling ran, in seconds.
+    pub duration_s: f64,
+    /// Rounds taken (each samples every thread once).
+    pub rounds: u64,
+    /// Thread samples taken: the sum of `counts`.
+    pub samples: u64,
+    /// Samples per value, most first.
+    pub counts: Vec<Count<'a>>,
+}
+
+/// One bucket of [`Summary::counts`].
+#[derive(Serialize)]
+pub struct Count<'a> {
+    /// The attribute value, or a bucket such as [`NO_CONTEXT`].
+    pub value: &'a str,
+    /// Thread samples in this bucket.
+    pub samples: u64,
+}
+
+/// Redraws a block of lines in place on a terminal.
+#[derive(Default)]
+pub struct Screen {
+    lines: usize,
+}
+
+/// The terminal's width in columns (80 when it cannot be asked).
+fn terminal_width() -> usize {
+    rustix::termios::tcgetwinsize(std::io::stdout())
+        .map(|size| usize::from(size.ws_col))
+        .ok()
+        .filter(|&cols| cols > 0)
+        .unwrap_or(80)
+}
+
+impl Screen {
+    /// Replaces the previous frame with `frame`. Lines are cut to the terminal's width:
+    /// a wrapped line would take rows the next redraw does not move back over.
+    pub fn draw(&mut self, frame: &str) {
+        let width = terminal_width();
+        let mut out = String::new();
+        if self.lines > 0 {
+            let _ = write!(out, "\x1b[{}A", self.lines);
+        }
+        out.push_str("\x1b[J");
+        self.lines = 0;
+        for line in frame.lines() {
+            out.extend(line.chars().take(width.saturating_sub(1)));
+            out.push('\n');
+            self.lines += 1;
+        }
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(out.as_bytes());
+        let _ = stdout.flush();
+    }
+}
+
+/// Runs `watch`.
+pub fn run(
+    pid: u32,
+    hz: u32,
+    duration: Duration,
+    by: &str,
+    raw_keys: bool,
+    as_json: bool,
+) -> Result<(), String> {
+    if hz == 0 || hz > 10_000 {
+        return Err(format!("--hz {hz}: use a rate between 1 and 10000"));
+    }
+    catch_sigint()?;
+    let mut sampler = Sampler::open(pid, by, raw_keys)?;
+    let tty = !as_json && std::io::stdout().is_terminal();
+    let period = Duration::from_secs(1) / hz;
+    let started = Instant::now();
+    let mut next = started;
+    let mut screen = Screen::default();
+    let mut last_draw = started;
+    let mut ended_by = "time is up";
+    if !as_json && !tty {
+        println!(
+            "{}; sampling every thread of {pid} at {hz} Hz",
+            sampler.heading()
+        );
+    }
+    while started.elapsed() < duration {
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            ended_by = "interrupted";
+            break;
+        }
+        match sampler.round() {
+            Ok(()) => {}
+            Err(Error::ProcessGone { .. }) => {
+                ended_by = "the process exited";
+                break;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+        if tty && last_draw.elapsed() >= Duration::from_millis(250) {
+            last_draw = Instant::now();
+            screen.draw(&frame(&sampler, pid, hz, started.elapsed(), duration));
+        }
+        next += period;
+        let now = Instant::now();
+        if next > now {
+            thread::sleep(next - now);
+        } else {
+            // Behind schedule (many threads, a slow target): do not try to catch up.
+            next = now;
+        }
+    }
+    let elapsed = started.elapsed();
+    if as_json {
+        json::print(&sampler.json(pid, hz, elapsed))?;
+    } else {
+        if tty {
+            screen.draw(&frame(&sampler, pid, hz, elapsed, duration));
+        } else {
+            print!("{}", sampler.table());
+        }
+        println!(
+            "{ended_by} after {}: {} samples in {} rounds ({:.1} rounds/s)",
+            text::duration(elapsed.as_nanos() as u64),
+            sampler.samples(),
+            sampler.rounds(),
+            sampler.rounds() as f64 / elapsed.as_secs_f64().max(1e-9)
+        );
+    }
+    Ok(())
+}
+
+/// One frame of the live view.
+pub fn frame(
+    sampler: &Sampler,
+    pid: u32,
+    hz: u32,
+    elapsed: Duration,
+    duration: Duration,
+) -> String {
+    format!(
+        "otel-ctx watch: pid {pid} at {hz} Hz, {} of {} (Ctrl-C stops)\n{}\n{}",
+        text::duration(elapsed.as_nanos() as u64),
+        text::duration(duration.as_nanos() as u64),
+        sampler.heading(),
+        sampler.table()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_shape() {
+        let summary = Summary {
+            pid: 4242,
+            by: "http.route",
+            hz: 99,
+            duration_s: seconds(Duration::from_micros(10_000_501)),
+            rounds: 990,
+            samples: 3802,
+            counts: vec![
+                Count {
+                    value: NO_CONTEXT,
+                    samples: 3100,
+                },
+                Count {
+                    value: "/api/cart",
+                    samples: 702,
+                },
+            ],
+        };
+        let out = serde_json::to_string(&summary).unwrap();
+        assert_eq!(
+            json::keys(&out),
+            [
+                "pid",
+                "by",
+                "hz",
+                "duration_s",
+                "rounds",
+                "samples",
+                "counts",
+                "value",
+                "samples",
+                "value",
+                "samples",
+            ]
+        );
+        assert_eq!(
+            out,
+            r#"{"pid":4242,"by":"http.route","hz":99,"duration_s":10.001,"rounds":990,"samples":3802,"counts":[{"value":"(no context)","samples":3100},{"value":"/api/cart","samples":702}]}"#
+        );
+        let back: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(back["duration_s"].is_f64(), "{out}");
+    }
+}

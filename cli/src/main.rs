@@ -1,0 +1,143 @@
+//! `otel-ctx`: find and read OpenTelemetry process and thread contexts.
+//!
+//! Exit status: 0 on success, 1 on an error (the message on stderr says what to do), 2 on
+//! bad usage. `check` gives 0 when no rule fails, 1 when a rule fails, and 2 when the check
+//! could not be made (no such process, permission denied, bad arguments).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+
+/// Find and read the OpenTelemetry process contexts (OTEP 4719) and thread contexts
+/// (OTEP 4947) that processes on this host publish.
+#[derive(Debug, Parser)]
+#[command(name = "otel-ctx", version)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List every process that publishes a process context.
+    Ps {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the whole process context of one process.
+    Show {
+        /// The process id.
+        pid: u32,
+        /// Print JSON (format in JSON.md).
+        #[arg(long)]
+        json: bool,
+        /// Read the thread slot even when the process context announces no known
+        /// thread-context schema, and name every attribute by its key index (`#0`)
+        /// instead of through the key map. For debugging writers; readers that follow
+        /// OTEP 4947 do neither.
+        #[arg(long)]
+        raw_keys: bool,
+    },
+    /// Sample every thread's context and count samples per attribute value.
+    Watch {
+        /// The process id.
+        pid: u32,
+        /// Samples per second (every thread is sampled in each round).
+        #[arg(long, default_value_t = 99)]
+        hz: u32,
+        /// How long to sample, such as `10s`; Ctrl-C stops earlier.
+        #[arg(long, default_value = "10s", value_parser = commands::parse_duration)]
+        duration: Duration,
+        /// The attribute whose values group the samples.
+        #[arg(long, default_value = "http.route")]
+        by: String,
+        /// As for `show`: name attributes by key index (`--by '#0'`), whatever the
+        /// process context announces.
+        #[arg(long)]
+        raw_keys: bool,
+        /// Print one JSON summary at the end instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a demo service that publishes contexts, and watch what a reader sees.
+    Demo {
+        /// How long to run, such as `10s`, `500ms` or `2m`; Ctrl-C stops earlier.
+        #[arg(long, default_value = "10s", value_parser = commands::parse_duration)]
+        duration: Duration,
+    },
+    /// Check that a process publishes its contexts as the specifications require (rules
+    /// and their references in CHECK.md). Exit status 0 when no rule fails, 1 when a
+    /// rule fails, 2 when the check could not be made.
+    Check {
+        /// The process id; or give a command after `--` to start, check and stop.
+        #[arg(required_unless_present = "command", conflicts_with = "command")]
+        pid: Option<u32>,
+        /// With a command: how long to wait for its process context to appear.
+        #[arg(long, default_value = "10s", value_parser = commands::parse_duration)]
+        wait: Duration,
+        /// How long to watch updates and sample threads; 0 reads once.
+        #[arg(long, default_value = "1s", value_parser = commands::parse_duration)]
+        observe: Duration,
+        /// Print JSON (format in JSON.md).
+        #[arg(long)]
+        json: bool,
+        /// The program to start and check, with its arguments (after `--`).
+        #[arg(last = true, num_args = 1..)]
+        command: Vec<String>,
+    },
+    /// The demo service itself (started by `demo`).
+    #[command(hide = true)]
+    DemoService,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match args.command {
+        Command::Ps { json } => commands::ps::run(json),
+        Command::Show {
+            pid,
+            json,
+            raw_keys,
+        } => commands::show::run(pid, json, raw_keys),
+        Command::Watch {
+            pid,
+            hz,
+            duration,
+            by,
+            raw_keys,
+            json,
+        } => commands::watch::run(pid, hz, duration, &by, raw_keys, json),
+        Command::Demo { duration } => commands::demo::run(duration),
+        Command::DemoService => commands::demo::service(),
+        Command::Check {
+            pid,
+            wait,
+            observe,
+            json,
+            command,
+        } => {
+            return match commands::check::run(pid, &command, wait, observe, json) {
+                Ok(commands::check::Verdict::Passed) => ExitCode::SUCCESS,
+                Ok(commands::check::Verdict::Failed(message)) => {
+                    eprintln!("otel-ctx: {message}");
+                    ExitCode::from(1)
+                }
+                Err(message) => {
+                    eprintln!("otel-ctx: cannot check: {message}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("otel-ctx: {message}");
+            ExitCode::from(1)
+        }
+    }
+}

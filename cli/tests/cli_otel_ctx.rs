@@ -1,0 +1,509 @@
+//! The `otel-ctx` tool against live processes: `ps`, `show`, their JSON, `demo`, and the
+//! exit statuses.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+
+mod support;
+
+use support::otel_ctx;
+
+/// The `otel-ctx-publish` helper, built once.
+fn publish_helper() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| support::helper("otel-ctx-publish", &[]))
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(otel_ctx())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A process publishing the `serve` context of `otel-ctx-publish`; reaped on drop.
+struct Publisher(Child);
+
+impl Publisher {
+    fn start() -> Self {
+        let mut child = Command::new(publish_helper())
+            .arg("serve")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        Self(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const INSTANCE_ID: &str = "6f1c1e0a-3a5e-4b8e-9c57-1d2f3a4b5c6d";
+const MAPPING_NAMES: [&str; 6] = [
+    "[anon_shmem:OTEL_CTX]",
+    "[anon_shmem:OTEL_CTX] (deleted)",
+    "[anon:OTEL_CTX]",
+    "[anon:OTEL_CTX] (deleted)",
+    "/memfd:OTEL_CTX",
+    "/memfd:OTEL_CTX (deleted)",
+];
+
+#[test]
+fn ps_lists_a_live_publisher() {
+    let publisher = Publisher::start();
+    let out = run(&["ps"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let mut lines = stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "PID",
+            "COMMAND",
+            "SERVICE.NAME",
+            "SERVICE.INSTANCE.ID",
+            "SERVICE.VERSION",
+            "AGE",
+            "THREADS"
+        ]
+    );
+    let pid = publisher.pid().to_string();
+    let row: Vec<&str> = lines
+        .find(|l| l.split_whitespace().next() == Some(pid.as_str()))
+        .unwrap_or_else(|| panic!("pid {pid} missing from:\n{stdout}"))
+        .split_whitespace()
+        .collect();
+    // comm is cut to 15 bytes by the kernel.
+    assert_eq!(row[1], "otel-ctx-publis");
+    assert_eq!(row[2], "cli-test-service");
+    assert_eq!(row[3], INSTANCE_ID);
+    assert_eq!(row[4], "2.7.1");
+    assert!(row[5].ends_with('s'), "age {:?}", row[5]);
+    assert_eq!(row[6], "-");
+    // Columns are aligned: each header starts where its cells start.
+    let header_line = stdout.lines().next().unwrap();
+    let row_line = stdout.lines().find(|l| l.starts_with(&pid)).unwrap();
+    for column in ["SERVICE.NAME", "SERVICE.INSTANCE.ID", "SERVICE.VERSION"] {
+        let at = header_line.find(column).unwrap();
+        assert_ne!(
+            row_line.as_bytes()[at],
+            b' ',
+            "{column} misaligned:\n{stdout}"
+        );
+        assert_eq!(
+            row_line.as_bytes()[at - 1],
+            b' ',
+            "{column} misaligned:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn ps_json_fields() {
+    let publisher = Publisher::start();
+    let out = run(&["ps", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["denied"].is_array());
+    let entry = doc["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == json!(publisher.pid()))
+        .unwrap_or_else(|| panic!("pid missing from {doc}"));
+    assert_eq!(entry["comm"], "otel-ctx-publis");
+    assert_eq!(entry["service.name"], "cli-test-service");
+    assert_eq!(entry["service.instance.id"], INSTANCE_ID);
+    assert_eq!(entry["service.version"], "2.7.1");
+    assert!(entry["monotonic_published_at_ns"].as_u64().unwrap() > 0);
+    assert!(entry["age_ns"].is_u64());
+    assert_eq!(entry["threadlocal.schema_version"], Value::Null);
+    assert_eq!(entry["error"], Value::Null);
+}
+
+#[test]
+fn show_text_every_attribute_with_its_type() {
+    let publisher = Publisher::start();
+    let out = run(&["show", &publisher.pid().to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let field = |name: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} line in:\n{stdout}"))
+            .split_whitespace()
+            .skip(1)
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        field("pid"),
+        [publisher.pid().to_string(), "(otel-ctx-publis)".to_owned()]
+    );
+    assert!(field("mapping").join(" ").contains("OTEL_CTX"));
+    assert_eq!(field("version"), ["2"]);
+    assert!(field("published")
+        .join(" ")
+        .contains("monotonic_published_at_ns"));
+    assert_eq!(field("payload")[1], "bytes");
+    let expected = [
+        ("service.name", "string", "cli-test-service"),
+        ("service.instance.id", "string", INSTANCE_ID),
+        ("service.version", "string", "2.7.1"),
+        ("deployment.environment.name", "string", "test"),
+        ("test.int", "int", "-12345678901234"),
+        ("test.bool", "bool", "true"),
+        ("test.double", "double", "0.5"),
+        ("test.bytes", "bytes", "0x000102fdfeff"),
+        ("test.array", "array", "[\"a\", 2, false]"),
+        (
+            "test.kvlist",
+            "kvlist",
+            "{inner.key: \"inner value\", inner.n: 7}",
+        ),
+        ("test.extra", "string", "extra value"),
+    ];
+    for (key, kind, value) in expected {
+        let line = stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("no {key} in:\n{stdout}"));
+        let rest: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(rest[1], kind, "{line}");
+        assert_eq!(rest[2..].join(" "), value, "{line}");
+    }
+    assert!(stdout.contains("resource ("), "{stdout}");
+    assert!(stdout.contains("attributes (1)"), "{stdout}");
+}
+
+#[test]
+fn show_json_fields() {
+    let publisher = Publisher::start();
+    let out = run(&["show", &publisher.pid().to_string(), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["pid"], json!(publisher.pid()));
+    assert_eq!(doc["threads"], json!([]));
+    let ctx = &doc["process_context"];
+    let mapping = ctx["mapping"].as_str().unwrap();
+    assert!(MAPPING_NAMES.contains(&mapping), "{mapping}");
+    assert_eq!(ctx["version"], 2);
+    assert!(ctx["monotonic_published_at_ns"].as_u64().unwrap() > 0);
+    assert!(ctx["payload_size"].as_u64().unwrap() > 0);
+    let resource = &ctx["resource"];
+    assert_eq!(resource["service.name"], "cli-test-service");
+    assert_eq!(resource["service.instance.id"], INSTANCE_ID);
+    assert_eq!(resource["service.version"], "2.7.1");
+    assert_eq!(resource["deployment.environment.name"], "test");
+    assert_eq!(resource["telemetry.sdk.language"], "rust");
+    assert_eq!(resource["test.int"], json!(-12345678901234_i64));
+    assert_eq!(resource["test.bool"], json!(true));
+    assert_eq!(resource["test.double"], json!(0.5));
+    assert_eq!(resource["test.bytes"], json!({"bytes": "AAEC/f7/"}));
+    assert_eq!(resource["test.array"], json!(["a", 2, false]));
+    assert_eq!(
+        resource["test.kvlist"],
+        json!({"inner.key": "inner value", "inner.n": 7})
+    );
+    assert_eq!(ctx["attributes"], json!({"test.extra": "extra value"}));
+}
+
+#[test]
+fn show_a_process_without_context_exits_1() {
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    let out = run(&["show", &pid]);
+    let json_out = run(&["show", &pid, "--json"]);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = text(&out.stderr);
+    assert!(stderr.starts_with("otel-ctx: "), "{stderr}");
+    assert!(stderr.contains("publishes no process context"), "{stderr}");
+
+    assert_eq!(json_out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(
+        doc,
+        json!({"pid": sleeper.id(), "process_context": null, "thread_context": null, "threads": []})
+    );
+}
+
+#[test]
+fn show_a_gone_process_exits_1() {
+    let out = run(&["show", "4294967295"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("has exited"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    for args in [
+        &["frobnicate"][..],
+        &["show"],
+        &["show", "not-a-pid"],
+        &["ps", "--yaml"],
+        &["demo", "--duration", "soon"],
+        &[],
+    ] {
+        let out = run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(!out.stderr.is_empty(), "{args:?}");
+    }
+    let help = run(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    for command in ["ps", "show", "demo"] {
+        assert!(text(&help.stdout).contains(command));
+    }
+    assert!(
+        !text(&help.stdout).contains("demo-service"),
+        "the service stays hidden"
+    );
+}
+
+#[test]
+fn permission_denied_names_what_is_needed() {
+    if !rustix::process::geteuid().is_root() {
+        println!("not root: cannot drop to another uid, so this case is not exercised here");
+        return;
+    }
+    let publisher = Publisher::start();
+    let out = Command::new(otel_ctx())
+        .args(["show", &publisher.pid().to_string()])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("permission denied"), "{stderr}");
+    assert!(stderr.contains("CAP_SYS_PTRACE"), "{stderr}");
+}
+
+#[test]
+fn demo_runs_and_stops_its_service() {
+    let out = run(&["demo", "--duration", "1500ms"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let service_pid: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("demo service started: pid "))
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no service pid in:\n{stdout}"));
+    assert!(stdout.contains("demo-checkout"), "{stdout}");
+    assert!(
+        stdout.contains("deployment.environment.name  string  demo"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("published: "), "{stdout}");
+    assert!(
+        stdout.contains("updated (monotonic_published_at_ns"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("demo.requests_served"), "{stdout}");
+    assert!(
+        stdout.contains("demo service stopped (exit status: 0)"),
+        "{stdout}"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{service_pid}")).exists(),
+        "the demo service {service_pid} is still running"
+    );
+}
+
+/// `otel-ctx demo-service`: a process context with a key map, and four workers that
+/// attach a thread context per fake request. Stopped (stdin closed) on drop.
+struct DemoService(Child);
+
+impl DemoService {
+    fn start() -> Self {
+        let child = Command::new(otel_ctx())
+            .arg("demo-service")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Wait until it has published and registered its keys.
+        for _ in 0..100 {
+            let out = run(&["show", &pid.to_string(), "--json"]);
+            if out.status.success() {
+                let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+                if doc["process_context"]["attributes"]["threadlocal.attribute_key_map"].is_array()
+                {
+                    break;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Self(child)
+    }
+}
+
+impl Drop for DemoService {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
+
+const DEMO_ROUTES: [&str; 5] = [
+    "/api/checkout",
+    "/api/cart",
+    "/api/cart/items",
+    "/api/products/:id",
+    "/healthz",
+];
+
+#[test]
+fn show_json_threads() {
+    let service = DemoService::start();
+    let pid = service.0.id();
+    // Workers attach and detach all the time: look until a sample shows contexts.
+    let mut seen_context = false;
+    for _ in 0..50 {
+        let out = run(&["show", &pid.to_string(), "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let tc = &doc["thread_context"];
+        assert_eq!(tc["access_model"], "local-exec", "{tc}");
+        assert_eq!(tc["symbol_table"], "dynsym");
+        assert!(tc["defining_module"]
+            .as_str()
+            .unwrap()
+            .ends_with("otel-ctx"));
+        let threads = doc["threads"].as_array().unwrap();
+        let workers: Vec<&Value> = threads
+            .iter()
+            .filter(|t| t["name"].as_str().unwrap().starts_with("demo-worker-"))
+            .collect();
+        assert_eq!(workers.len(), 4, "{threads:?}");
+        for t in threads {
+            assert!(t["tid"].as_u64().unwrap() > 0);
+            let c = &t["context"];
+            if c.is_null() {
+                continue;
+            }
+            seen_context = true;
+            let trace = c["trace_id"].as_str().unwrap();
+            let span = c["span_id"].as_str().unwrap();
+            assert_eq!(trace.len(), 32, "{c}");
+            assert_eq!(span.len(), 16, "{c}");
+            assert!(trace
+                .chars()
+                .all(|ch| ch.is_ascii_hexdigit() && !ch.is_ascii_uppercase()));
+            assert_eq!(c["trace_flags"], 1);
+            let route = c["attributes"]["http.route"].as_str().unwrap();
+            assert!(DEMO_ROUTES.contains(&route), "{route}");
+            let method = c["attributes"]["http.request.method"].as_str().unwrap();
+            assert!(
+                ["GET", "POST", "PUT", "DELETE"].contains(&method),
+                "{method}"
+            );
+        }
+        if seen_context {
+            break;
+        }
+    }
+    assert!(seen_context, "no worker had a context in 50 looks");
+
+    let out = run(&["show", &pid.to_string()]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("through otel_thread_ctx_v1 in"), "{stdout}");
+    assert!(stdout.contains("local-exec, dynsym"), "{stdout}");
+    assert!(stdout.contains("demo-worker-0"), "{stdout}");
+}
+
+#[test]
+fn watch_counts_samples_per_route() {
+    let service = DemoService::start();
+    let pid = service.0.id().to_string();
+    let out = run(&["watch", &pid, "--duration", "1s", "--hz", "50", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["by"], "http.route");
+    assert_eq!(doc["hz"], 50);
+    let rounds = doc["rounds"].as_u64().unwrap();
+    assert!(
+        (20..=51).contains(&rounds),
+        "{rounds} rounds in 1 s at 50 Hz"
+    );
+    let samples = doc["samples"].as_u64().unwrap();
+    let counts = doc["counts"].as_array().unwrap();
+    let total: u64 = counts.iter().map(|c| c["samples"].as_u64().unwrap()).sum();
+    assert_eq!(total, samples);
+    // Six threads (main, the publisher loop, four workers) per round.
+    assert!(
+        samples >= rounds * 5,
+        "{samples} samples in {rounds} rounds"
+    );
+    let mut routes_seen = 0;
+    for c in counts {
+        let value = c["value"].as_str().unwrap();
+        if DEMO_ROUTES.contains(&value) {
+            routes_seen += 1;
+        } else {
+            assert_eq!(value, "(no context)", "unexpected bucket {value}");
+        }
+    }
+    assert!(routes_seen >= 2, "{counts:?}");
+
+    let out = run(&[
+        "watch",
+        &pid,
+        "--duration",
+        "300ms",
+        "--by",
+        "http.request.method",
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(stdout.contains("HTTP.REQUEST.METHOD"), "{stdout}");
+    assert!(stdout.contains("samples in"), "{stdout}");
+    assert_eq!(run(&["watch", &pid, "--hz", "0"]).status.code(), Some(1));
+}
