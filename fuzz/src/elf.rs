@@ -25,7 +25,7 @@
 use std::io;
 use std::sync::Arc;
 
-use otel_ctx_reader::tls::{
+use otel_ctx_reader::{
     resolve, resolve_for, ElfTls, Libc, LoadedModule, Resolution, SlotLocation, TargetMemory,
     TlsError,
 };

@@ -20,7 +20,7 @@
 use std::io::{self, Read};
 use std::ops::ControlFlow;
 
-use otel_ctx_reader::maps::{MapsLine, MapsScanner, MAX_CANDIDATES, SCAN_BUFFER_SIZE};
+use otel_ctx_reader::{MapsLine, MapsScanner, MAX_CANDIDATES, SCAN_BUFFER_SIZE};
 use otel_ctx_reader::{ContextMapping, MappingName};
 
 /// Lines per input that get every check of [`check_line`].

@@ -139,7 +139,11 @@ fn check(name: &str, target: &Target, model: AccessModel, named: bool) {
                 assert_eq!(c.span_id()[0], 0x80 + n * 8, "{name}");
                 let route = ["/checkout", "/cart", "/search"][usize::from(n % 3)];
                 if named {
-                    assert_eq!(c.attributes, [("http.route".into(), route.into())], "{name}");
+                    assert_eq!(
+                        c.attributes,
+                        [("http.route".into(), route.into())],
+                        "{name}"
+                    );
                 } else {
                     // No key map: OTEP 4947 has the reader ignore every entry; the
                     // record still holds it.
