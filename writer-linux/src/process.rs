@@ -12,9 +12,11 @@
 //! - [`Publisher`]: the single writer of the process's context. [`Publisher::publish`],
 //!   [`Publisher::update`] and [`Publisher::unpublish`] follow the protocol steps of the
 //!   specification one function per step; dropping a publisher unpublishes.
-//! - `global` (feature `std`): a process-wide publisher behind a mutex, and
-//!   `global::set_thread_reference_data`, through which the thread-context writer publishes
-//!   its `threadlocal.*` reference data.
+//! - `global` (feature `std`): a process-wide publisher behind a mutex, for an SDK and its
+//!   integrations to share.
+//! - [`set_thread_reference_data`] and [`announce_thread_contexts`]: the thread-context
+//!   reference data (OTEP 4947), `threadlocal.schema_version` and
+//!   `threadlocal.attribute_key_map`, published in the extra attributes.
 //!
 //! ```no_run
 //! use otel_ctx_writer::process::{Attributes, Publisher, Resource};
@@ -33,21 +35,55 @@
 //! # Ok::<(), otel_ctx_writer::process::Error>(())
 //! ```
 //!
+//! # One context per process
+//!
 //! The context is a singleton: while a [`Publisher`] is alive in a process, a second
-//! [`Publisher::publish`] in the same process fails with [`Error::AlreadyPublished`]. A
-//! publisher inherited by a forked child refers to a mapping the child does not have
+//! [`Publisher::publish`] in the same process (or `global::publish`) fails with
+//! [`Error::AlreadyPublished`]. Its state is process-wide too, and the [`Publisher`] is its
+//! handle: the one value allowed to change the resource and the extra attributes, or to
+//! withdraw the context.
+//!
+//! # Thread reference data, whichever publisher
+//!
+//! A reader of thread contexts names the attributes of a record through the key map in
+//! the process context. The reference data is process-wide state of this module, set with
+//! [`set_thread_reference_data`] (which `thread::register` calls with the whole key map
+//! each time it registers new names) or [`announce_thread_contexts`], and from then on part
+//! of every publication, in field 2, in place of any `threadlocal.*` value the caller
+//! gave:
+//!
+//! - whatever publishes the context: a standalone [`Publisher`] as much as `global`; the
+//!   context published at the time is updated at once, and a later publish includes it;
+//! - `global::publish` announces the thread contexts itself, with an empty key map if no
+//!   key is registered yet, so a process that attaches contexts without attributes still
+//!   tells readers to look for the TLS slot. With a standalone [`Publisher`], registering a
+//!   key announces them, and so does [`announce_thread_contexts`] in a process that
+//!   registers none.
+//!
+//! A process that never sets reference data publishes exactly the extra attributes it is
+//! given.
+//!
+//! # Fork
+//!
+//! A publisher inherited by a forked child refers to a mapping the child does not have
 //! (`MADV_DONTFORK`): in the child it never writes to or unmaps that address, and the child
-//! may publish its own context.
+//! may publish its own context. The pid is not trusted alone to recognise the child (a
+//! child in a new PID namespace can have its parent's pid): a word on a page the kernel
+//! zero-fills in every forked child (`MADV_WIPEONFORK`) holds the id of the publication,
+//! and where the kernel lacks that (before Linux 4.14), the mapping itself is probed with a
+//! system call.
 
 mod attributes;
 mod encode;
 mod error;
 #[cfg(feature = "std")]
 pub mod global;
+mod lock;
 #[cfg(all(test, loom))]
 mod loom;
 mod mapping;
 mod publisher;
+mod reference;
 mod resource;
 
 pub use attributes::Attributes;
@@ -56,7 +92,7 @@ pub use mapping::Backing;
 #[doc(hidden)]
 pub use mapping::Syscalls;
 pub use otel_ctx_codec::owned::{OwnedKeyValue, OwnedProcessContext, OwnedValue};
-pub use publisher::Publisher;
+pub use publisher::{announce_thread_contexts, set_thread_reference_data, Publisher};
 pub use resource::{
     Resource, ResourceBuilder, DEPLOYMENT_ENVIRONMENT_NAME, SERVICE_INSTANCE_ID, SERVICE_NAME,
     SERVICE_VERSION, TELEMETRY_SDK_LANGUAGE, TELEMETRY_SDK_NAME, TELEMETRY_SDK_VERSION,

@@ -76,7 +76,8 @@ pub enum Error {
         naming: Errno,
     },
     /// The publisher was inherited by a forked child, which does not have the context
-    /// mapping (`MADV_DONTFORK`).
+    /// mapping (`MADV_DONTFORK`). The two pids are equal for a child in a new PID
+    /// namespace that got its parent's pid.
     InheritedAcrossFork {
         /// The process that published the context.
         publisher_pid: i32,
@@ -205,6 +206,15 @@ impl fmt::Display for Error {
                  CONFIG_ANON_VMA_NAME",
                 ErrnoName(*memfd),
                 ErrnoName(*naming)
+            ),
+            Self::InheritedAcrossFork {
+                publisher_pid,
+                current_pid,
+            } if publisher_pid == current_pid => write!(
+                f,
+                "this publisher belongs to process {publisher_pid} of another PID namespace; \
+                 this process is a forked child with the same pid, which does not inherit \
+                 the context mapping; publish a new context in the child"
             ),
             Self::InheritedAcrossFork {
                 publisher_pid,

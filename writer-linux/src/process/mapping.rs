@@ -1,4 +1,6 @@
-//! The syscalls of the protocol, one function per step, and the header in the mapping.
+//! The syscalls of the protocol, one function per step, and the header in the mapping;
+//! and the two ways a process tells whether it is a forked child of the publisher
+//! ([`ForkMarker`], [`is_mapped`]).
 //!
 //! Readers in other processes read the header while this process writes it, so every
 //! header field is stored with an atomic store of its own width, and the protocol's full
@@ -17,7 +19,7 @@ use otel_ctx_codec::header::{ProcessContextHeader, HEADER_SIZE, SIGNATURE, VERSI
 use rustix::fd::OwnedFd;
 use rustix::fs::MemfdFlags;
 use rustix::io::Errno;
-use rustix::mm::{Advice, MapFlags, ProtFlags};
+use rustix::mm::{Advice, MapFlags, MsyncFlags, ProtFlags};
 use rustix::time::ClockId;
 
 use super::error::{Error, Step};
@@ -242,6 +244,91 @@ pub(crate) fn prevent_fork_inheritance(mapping: &Mapping) -> Result<(), Error> {
     })
 }
 
+/// Whether the whole of `mapping` is still mapped in this process, asked of the kernel
+/// without touching the memory: `msync(MS_ASYNC)` fails with `ENOMEM` on a range that is
+/// not (wholly) mapped, and otherwise does nothing (Linux since 2.6.19).
+///
+/// What tells a forked child apart where there is no [`ForkMarker`]: the child did not
+/// inherit the mapping (`MADV_DONTFORK`), whatever its pid.
+pub(crate) fn is_mapped(mapping: &Mapping) -> bool {
+    // SAFETY: msync neither reads nor writes the range; on memory that is not mapped it
+    // only fails.
+    unsafe {
+        rustix::mm::msync(
+            mapping.address.as_ptr().cast(),
+            mapping.len,
+            MsyncFlags::ASYNC,
+        )
+    }
+    .is_ok()
+}
+
+/// A page that `fork` gives a child zero-filled (`MADV_WIPEONFORK`, Linux 4.14): the
+/// publisher writes the id of its publication there, and a process that finds any other
+/// value there is a forked child, whatever its pid (a child in a new PID namespace can have
+/// its parent's pid). One load, no system call.
+///
+/// The page stays mapped for the rest of the process's life: a forked child keeps it too
+/// (zero-filled), so it is always safe to read.
+#[derive(Debug)]
+pub(crate) struct ForkMarker {
+    page: NonNull<u8>,
+}
+
+// SAFETY: the page is mapped for the rest of the process's life and only ever accessed
+// through an atomic, from whichever thread.
+unsafe impl Send for ForkMarker {}
+
+impl ForkMarker {
+    /// Maps the page. `None` where the kernel refuses `MADV_WIPEONFORK` (before Linux
+    /// 4.14) or the page cannot be mapped: then only the pid and [`is_mapped`] tell a
+    /// forked child apart.
+    pub(crate) fn create() -> Option<Self> {
+        let len = rustix::param::page_size();
+        // SAFETY: a new mapping at an address the kernel picks: no existing memory is
+        // affected.
+        let page = unsafe {
+            rustix::mm::mmap_anonymous(
+                null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }
+        .ok()?;
+        // SAFETY: the range is exactly the page mapped above; the advice changes only what
+        // fork() does with it.
+        match unsafe { rustix::mm::madvise(page, len, Advice::LinuxWipeOnFork) } {
+            Ok(()) => NonNull::new(page.cast::<u8>()).map(|page| Self { page }),
+            Err(_) => {
+                // SAFETY: the page mapped above, which nothing refers to.
+                let _ = unsafe { rustix::mm::munmap(page, len) };
+                None
+            }
+        }
+    }
+
+    fn word(&self) -> &AtomicU64 {
+        // SAFETY: the page is mapped (never unmapped, and kept by forked children),
+        // page-aligned so 8-aligned, and only ever accessed through this atomic.
+        unsafe { AtomicU64::from_ptr(self.page.as_ptr().cast()) }
+    }
+
+    /// Records `id`, the publication this process now holds (never 0).
+    pub(crate) fn set(&self, id: u64) {
+        // Relaxed: only this process reads the word, under the lock that orders its
+        // publications; a forked child's copy is zero-filled by the kernel, not stored to.
+        self.word().store(id, Ordering::Relaxed);
+    }
+
+    /// The publication recorded by [`set`](Self::set) in this very process; 0 in a
+    /// forked child that recorded none.
+    pub(crate) fn get(&self) -> u64 {
+        // Relaxed, as in `set`.
+        self.word().load(Ordering::Relaxed)
+    }
+}
+
 /// Where the protocol writes a header: the context mapping, or a model's header in the
 /// loom tests, whose atomics cannot live in a mapping.
 pub(crate) trait HeaderCells {
@@ -371,4 +458,36 @@ pub(crate) fn boottime_ns() -> u64 {
 /// (the clock's resolution, or updates in quick succession), and never 0.
 pub(crate) fn next_timestamp(last: u64) -> u64 {
     boottime_ns().max(last.saturating_add(1)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn is_mapped_asks_the_kernel() {
+        let len = mapping_len();
+        let mapping = map_anonymous(len, Errno::NOSYS).expect("map a page");
+        assert!(is_mapped(&mapping));
+        mapping.unmap().expect("unmap");
+        // The first pages of the address space are never mapped (`vm.mmap_min_addr`), so
+        // this stands for a mapping a forked child did not inherit, with no race against
+        // other tests' mappings.
+        let absent = Mapping {
+            address: NonNull::new(len as *mut u8).expect("not null"),
+            len,
+            backing: Backing::Memfd,
+        };
+        assert!(!is_mapped(&absent));
+        absent.abandon();
+    }
+
+    #[test]
+    fn fork_marker_holds_the_id() {
+        // Every kernel this crate is tested on has MADV_WIPEONFORK (Linux 4.14).
+        let marker = ForkMarker::create().expect("MADV_WIPEONFORK");
+        assert_eq!(marker.get(), 0, "a new page is zero-filled");
+        marker.set(7);
+        assert_eq!(marker.get(), 7);
+    }
 }

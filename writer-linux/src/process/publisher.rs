@@ -1,70 +1,346 @@
 //! The publisher: the one writer of this process's context.
+//!
+//! The process context is a singleton (OTEP 4719), and so is its state here: one
+//! publication per process, in [`PROCESS`] behind a lock, beside the thread-context
+//! reference data that every publication carries once it is set. A [`Publisher`] is the
+//! handle of that publication: only its holder updates or withdraws the resource and the
+//! extra attributes. The reference data reaches the publication whoever holds the handle
+//! ([`set_thread_reference_data`], which the attribute-key registry of the thread context
+//! calls): that is how keys registered with `thread::register` get published both by a
+//! standalone `Publisher` and by `process::global`.
 
 use alloc::boxed::Box;
-use core::sync::atomic::{AtomicI32, Ordering};
+use alloc::vec::Vec;
+use core::mem::ManuallyDrop;
 
 use otel_ctx_codec::header::ProcessContextHeader;
 
 use super::encode::{encode_payload, Encoded};
+use super::lock::Lock;
 use super::mapping::{
-    create_memfd, map_anonymous, map_memfd, mapping_len, name_mapping, next_timestamp,
+    create_memfd, is_mapped, map_anonymous, map_memfd, mapping_len, name_mapping, next_timestamp,
     prevent_fork_inheritance, publish_header, size_memfd, update_header, withdraw_header, Backing,
-    Mapping, Syscalls,
+    ForkMarker, Mapping, Syscalls,
 };
+use super::reference::ThreadReference;
 use super::{Attributes, Error, Resource};
 
-/// The process that holds the live publisher (0: none). After a fork the child sees the
-/// parent's id here, which is not its own, so the child may publish.
-static PUBLISHED_BY: AtomicI32 = AtomicI32::new(0);
+/// The process's one publication, and what every publication carries.
+static PROCESS: Lock<Process> = Lock::new(Process::new());
+
+struct Process {
+    /// The publication, if any: this process's own, or after a fork the parent's, whose
+    /// mapping the child does not have (see [`is_own`]).
+    live: Option<Live>,
+    /// The thread-context reference data, once set: part of every publication from then
+    /// on.
+    thread_reference: Option<ThreadReference>,
+    /// The id of the last publication of this process: ids start at 1 and are never
+    /// reused, so a handle never mistakes a later publication for its own.
+    last_id: u64,
+    /// What tells a forked child apart, made at the first publication.
+    fork_marker: Marker,
+}
+
+enum Marker {
+    /// Nothing was published yet.
+    Untried,
+    /// The kernel refused `MADV_WIPEONFORK`.
+    Unavailable,
+    /// The page that holds the id of this process's publication.
+    Page(ForkMarker),
+}
+
+/// A publication: the mapping and everything it shows.
+struct Live {
+    id: u64,
+    /// The publishing process.
+    pid: i32,
+    mapping: Mapping,
+    /// The encoded payload the header points to.
+    payload: Box<[u8]>,
+    resource: Resource,
+    /// The published extra attributes, the thread reference data included.
+    attributes: Attributes,
+    monotonic_published_at_ns: u64,
+    named: bool,
+    syscalls: Syscalls,
+}
 
 fn current_pid() -> i32 {
     rustix::process::getpid().as_raw_nonzero().get()
 }
 
-/// Publish step 1: the process context is a singleton, so claim it for this process.
-fn claim_singleton(pid: i32) -> Result<(), Error> {
-    // The counter only arbitrates between publishers; it guards no other memory, so
-    // relaxed ordering is enough.
-    let mut holder = PUBLISHED_BY.load(Ordering::Relaxed);
-    loop {
-        if holder == pid {
-            return Err(Error::AlreadyPublished { pid });
-        }
-        match PUBLISHED_BY.compare_exchange_weak(holder, pid, Ordering::Relaxed, Ordering::Relaxed)
-        {
-            Ok(_) => return Ok(()),
-            Err(now) => holder = now,
-        }
+/// Whether `live` is this process's own publication, rather than its parent's, inherited
+/// across a fork without its mapping (`MADV_DONTFORK`).
+///
+/// The pid alone cannot tell: a child in a new PID namespace can have its parent's pid.
+/// So the pid only rules out the ordinary child cheaply; the fork marker (one load) or,
+/// without one, a probe of the mapping (one system call) decides.
+fn is_own(marker: &Marker, live: &Live) -> bool {
+    if live.pid != current_pid() {
+        return false;
+    }
+    match marker {
+        // Zero-filled in every forked child; the id only in the publishing process.
+        Marker::Page(marker) => marker.get() == live.id,
+        // A forked child did not inherit the mapping. (Another mapping at the same address
+        // in a child with the same pid would pass: only kernels before 4.14 get here.)
+        Marker::Untried | Marker::Unavailable => is_mapped(&live.mapping),
     }
 }
 
-fn release_singleton(pid: i32) {
-    // Only this process's own claim is released; ordering as in `claim_singleton`.
-    let _ = PUBLISHED_BY.compare_exchange(pid, 0, Ordering::Relaxed, Ordering::Relaxed);
+/// The own publication `id`, for the handle of `publisher_pid` to change; any other
+/// handle is one a forked child inherited.
+fn own_live<'a>(
+    live: &'a mut Option<Live>,
+    marker: &Marker,
+    id: u64,
+    publisher_pid: i32,
+) -> Result<&'a mut Live, Error> {
+    match live {
+        Some(live) if live.id == id && is_own(marker, live) => Ok(live),
+        _ => Err(Error::InheritedAcrossFork {
+            publisher_pid,
+            current_pid: current_pid(),
+        }),
+    }
 }
 
-/// The one writer of this process's context, returned by [`Publisher::publish`].
+impl Process {
+    const fn new() -> Self {
+        Self {
+            live: None,
+            thread_reference: None,
+            last_id: 0,
+            fork_marker: Marker::Untried,
+        }
+    }
+
+    /// Forgets a publication inherited across a fork: the mapping is not this process's,
+    /// so it is neither written nor unmapped; the rest is this process's copy, freed.
+    fn discard_inherited(&mut self) {
+        if self
+            .live
+            .as_ref()
+            .is_some_and(|live| !is_own(&self.fork_marker, live))
+        {
+            if let Some(live) = self.live.take() {
+                live.abandon();
+            }
+        }
+    }
+
+    /// The fork marker, made on first use; `None` where the kernel has none.
+    fn fork_marker(&mut self) -> Option<&ForkMarker> {
+        if matches!(self.fork_marker, Marker::Untried) {
+            self.fork_marker = ForkMarker::create().map_or(Marker::Unavailable, Marker::Page);
+        }
+        match &self.fork_marker {
+            Marker::Page(marker) => Some(marker),
+            Marker::Untried | Marker::Unavailable => None,
+        }
+    }
+
+    /// Makes `next` the reference data, updating the own publication (if any) with it
+    /// first. On error nothing was changed.
+    fn set_thread_reference(&mut self, next: ThreadReference) -> Result<(), Error> {
+        let marker = &self.fork_marker;
+        if let Some(live) = self.live.as_mut().filter(|live| is_own(marker, live)) {
+            let resource = live.resource.clone();
+            let attributes = live.attributes.clone();
+            live.update(resource, attributes, Some(&next))?;
+        }
+        self.thread_reference = Some(next);
+        Ok(())
+    }
+}
+
+impl Live {
+    /// The update protocol: replaces the resource and the extra attributes, with
+    /// `reference` (if any) applied to them. On error nothing was changed.
+    fn update(
+        &mut self,
+        resource: Resource,
+        attributes: Attributes,
+        reference: Option<&ThreadReference>,
+    ) -> Result<(), Error> {
+        let attributes = match reference {
+            Some(reference) => reference.apply(attributes),
+            None => attributes,
+        };
+        // Step 1: encode the new payload.
+        let Encoded {
+            payload,
+            resource,
+            attributes,
+        } = encode_payload(resource, attributes)?;
+        // Step 6's timestamp, strictly after the previous one.
+        let monotonic_published_at_ns = next_timestamp(self.monotonic_published_at_ns);
+        // Steps 2 to 6: timestamp 0, barrier, new pointer and size, barrier, new timestamp.
+        update_header(
+            &self.mapping,
+            payload_size(&payload),
+            payload.as_ptr() as u64,
+            monotonic_published_at_ns,
+        );
+        // Step 7: name the mapping again, unconditionally.
+        self.named = name_mapping(&self.mapping, &self.syscalls).is_ok();
+        // Only now, after the new timestamp, the old payload may go.
+        let old = core::mem::replace(&mut self.payload, payload);
+        drop(old);
+        self.monotonic_published_at_ns = monotonic_published_at_ns;
+        self.resource = resource;
+        self.attributes = attributes;
+        Ok(())
+    }
+
+    /// Unpublish: timestamp 0, barrier, unmap, free the payload.
+    fn withdraw(self) -> Result<(), Error> {
+        let Self {
+            mapping, payload, ..
+        } = self;
+        // Steps 1 and 2: timestamp 0, and a barrier that orders it before the unmap and
+        // the payload's release.
+        withdraw_header(&mapping);
+        let unmapped = mapping.unmap();
+        // Step 4: free the payload, which nothing points to any more.
+        drop(payload);
+        unmapped
+    }
+
+    /// Drops an inherited publication without touching its mapping.
+    fn abandon(self) {
+        self.mapping.abandon();
+    }
+}
+
+/// Publish, steps 1 to 9; with `announce`, with [`ThreadReference::announced`] when the
+/// process has no reference data yet.
+fn publish(
+    resource: Resource,
+    attributes: Attributes,
+    syscalls: Syscalls,
+    announce: bool,
+) -> Result<Publisher, Error> {
+    let mut process = PROCESS.lock();
+    let process = &mut *process;
+    let pid = current_pid();
+    // Step 1: the process context is a singleton. A publication inherited across a fork
+    // is not this process's (it has no mapping), so it makes way.
+    process.discard_inherited();
+    if process.live.is_some() {
+        return Err(Error::AlreadyPublished { pid });
+    }
+    let announced = match (&process.thread_reference, announce) {
+        (None, true) => Some(ThreadReference::announced()),
+        _ => None,
+    };
+    let attributes = match process.thread_reference.as_ref().or(announced.as_ref()) {
+        Some(reference) => reference.apply(attributes),
+        None => attributes,
+    };
+    // Step 6 (encode) comes first: a payload readers would refuse leaves nothing
+    // behind, and the encoding is not visible to anyone before the header is written.
+    let Encoded {
+        payload,
+        resource,
+        attributes,
+    } = encode_payload(resource, attributes)?;
+    let (mapping, monotonic_published_at_ns, named) =
+        publish_mapping(&payload, payload_size(&payload), &syscalls)?;
+    let id = process.last_id + 1;
+    process.last_id = id;
+    if let Some(marker) = process.fork_marker() {
+        marker.set(id);
+    }
+    if announced.is_some() {
+        process.thread_reference = announced;
+    }
+    let publisher = Publisher {
+        id,
+        pid,
+        address: mapping.address(),
+        mapping_len: mapping.len(),
+        backing: mapping.backing(),
+    };
+    process.live = Some(Live {
+        id,
+        pid,
+        mapping,
+        payload,
+        resource,
+        attributes,
+        monotonic_published_at_ns,
+        named,
+        syscalls,
+    });
+    Ok(publisher)
+}
+
+/// Sets the thread-context reference data (OTEP 4947) of this process:
+/// `threadlocal.schema_version = schema_version` and `threadlocal.attribute_key_map =
+/// key_map` (position `i` names key index `i`), in the extra attributes (field 2) of every
+/// publication from now on, replacing any value the caller gave these two keys.
+///
+/// Whichever publisher the process uses: the context published now, by a standalone
+/// [`Publisher`] or through `process::global`, is updated at once; otherwise the data is
+/// published with the next publish. `thread::register` calls this with the whole key map
+/// each time it registers new names.
+///
+/// The key map is append-only: fails with [`Error::KeyMapNotAppendOnly`] if a name
+/// already set changes or disappears, and with [`Error::KeyMapTooLong`] beyond 256 names;
+/// and with the errors of [`Publisher::update`] when the new payload cannot be published.
+/// On error nothing was changed.
+pub fn set_thread_reference_data(schema_version: &str, key_map: &[&str]) -> Result<(), Error> {
+    let mut process = PROCESS.lock();
+    let next =
+        ThreadReference::replacing(process.thread_reference.as_ref(), schema_version, key_map)?;
+    process.set_thread_reference(next)
+}
+
+/// Announces the thread contexts of this process to readers: unless reference data is
+/// already set, sets `threadlocal.schema_version = "tlsdesc_v1_dev"` with an empty
+/// `threadlocal.attribute_key_map`, as [`set_thread_reference_data`] does (now, or with
+/// the next publish).
+///
+/// A reader that follows OTEP 4947 looks for the `otel_thread_ctx_v1` slot only once the
+/// process context has `threadlocal.schema_version`. `process::global::publish` announces
+/// the thread contexts itself, and registering an attribute key announces them too; a
+/// process that publishes with a standalone [`Publisher`] and attaches thread contexts
+/// without registering any key calls this (before or after publishing).
+pub fn announce_thread_contexts() -> Result<(), Error> {
+    let mut process = PROCESS.lock();
+    if process.thread_reference.is_some() {
+        return Ok(());
+    }
+    process.set_thread_reference(ThreadReference::announced())
+}
+
+/// The handle of this process's context, returned by [`Publisher::publish`]: the right to
+/// update and withdraw it.
 ///
 /// Not `Clone`: holding the publisher is holding the right to write. Dropping it
 /// unpublishes (errors ignored); [`Publisher::unpublish`] reports them.
+///
+/// The publication itself is process-wide (the context is a singleton), so that the thread
+/// reference data ([`set_thread_reference_data`], `thread::register`) reaches it too;
+/// the accessors return copies of it.
 #[derive(Debug)]
 pub struct Publisher {
-    /// `None` once unpublished.
-    mapping: Option<Mapping>,
-    /// The encoded payload the header points to.
-    payload: Box<[u8]>,
-    resource: Resource,
-    attributes: Attributes,
-    monotonic_published_at_ns: u64,
-    named: bool,
-    /// The publishing process, to recognise a forked child.
+    /// The publication this handle is for.
+    id: u64,
+    /// The publishing process, to report a forked child.
     pid: i32,
-    syscalls: Syscalls,
+    address: usize,
+    mapping_len: usize,
+    backing: Backing,
 }
 
 impl Publisher {
     /// Publishes `resource` and the extra `attributes` (field 2 of the payload) as this
-    /// process's context.
+    /// process's context, with the thread reference data if the process has set any
+    /// ([`set_thread_reference_data`]).
     ///
     /// Fails with [`Error::AlreadyPublished`] while another publisher is alive in this
     /// process, with [`Error::PayloadTooLarge`] or [`Error::Unreadable`] for a payload
@@ -82,65 +358,29 @@ impl Publisher {
         attributes: Attributes,
         syscalls: Syscalls,
     ) -> Result<Self, Error> {
-        // Step 6 (encode) comes first: a payload readers would refuse leaves nothing
-        // behind, and the encoding is not visible to anyone before the header is written.
-        let Encoded {
-            payload,
-            resource,
-            attributes,
-        } = encode_payload(resource, attributes)?;
-        let payload_size = payload_size(&payload);
-        let pid = current_pid();
-        claim_singleton(pid)?;
-        match publish_mapping(&payload, payload_size, &syscalls) {
-            Ok((mapping, monotonic_published_at_ns, named)) => Ok(Self {
-                mapping: Some(mapping),
-                payload,
-                resource,
-                attributes,
-                monotonic_published_at_ns,
-                named,
-                pid,
-                syscalls,
-            }),
-            Err(e) => {
-                release_singleton(pid);
-                Err(e)
-            }
-        }
+        publish(resource, attributes, syscalls, false)
+    }
+
+    /// [`publish`](Self::publish), announcing the thread contexts
+    /// ([`announce_thread_contexts`]) in the same publication.
+    #[cfg(feature = "std")]
+    pub(crate) fn publish_announcing(
+        resource: Resource,
+        attributes: Attributes,
+    ) -> Result<Self, Error> {
+        publish(resource, attributes, Syscalls::default(), true)
     }
 
     /// Replaces the published resource and extra attributes, following the update
-    /// protocol. On error nothing was changed.
+    /// protocol; the thread reference data, if set, is published with them. On error
+    /// nothing was changed.
+    ///
+    /// Fails with [`Error::InheritedAcrossFork`] in a forked child.
     pub fn update(&mut self, resource: Resource, attributes: Attributes) -> Result<(), Error> {
-        self.check_owner()?;
-        let Some(mapping) = &self.mapping else {
-            return Err(Error::NotPublished);
-        };
-        // Step 1: encode the new payload.
-        let Encoded {
-            payload,
-            resource,
-            attributes,
-        } = encode_payload(resource, attributes)?;
-        // Step 6's timestamp, strictly after the previous one.
-        let monotonic_published_at_ns = next_timestamp(self.monotonic_published_at_ns);
-        // Steps 2 to 6: timestamp 0, barrier, new pointer and size, barrier, new timestamp.
-        update_header(
-            mapping,
-            payload_size(&payload),
-            payload.as_ptr() as u64,
-            monotonic_published_at_ns,
-        );
-        // Step 7: name the mapping again, unconditionally.
-        self.named = name_mapping(mapping, &self.syscalls).is_ok();
-        // Only now, after the new timestamp, the old payload may go.
-        let old = core::mem::replace(&mut self.payload, payload);
-        drop(old);
-        self.monotonic_published_at_ns = monotonic_published_at_ns;
-        self.resource = resource;
-        self.attributes = attributes;
-        Ok(())
+        let mut process = PROCESS.lock();
+        let process = &mut *process;
+        let live = own_live(&mut process.live, &process.fork_marker, self.id, self.pid)?;
+        live.update(resource, attributes, process.thread_reference.as_ref())
     }
 
     /// [`update`](Self::update) with a copy of the current resource and extra attributes,
@@ -149,8 +389,14 @@ impl Publisher {
         &mut self,
         change: impl FnOnce(&mut Resource, &mut Attributes),
     ) -> Result<(), Error> {
-        let mut resource = self.resource.clone();
-        let mut attributes = self.attributes.clone();
+        // `change` runs without the lock held: it may call into this crate (register a
+        // key, read the context).
+        let (mut resource, mut attributes) = {
+            let mut process = PROCESS.lock();
+            let process = &mut *process;
+            let live = own_live(&mut process.live, &process.fork_marker, self.id, self.pid)?;
+            (live.resource.clone(), live.attributes.clone())
+        };
         change(&mut resource, &mut attributes);
         self.update(resource, attributes)
     }
@@ -159,102 +405,109 @@ impl Publisher {
     ///
     /// In a forked child, which never had the mapping, this only frees the child's copy
     /// of the payload and succeeds.
-    pub fn unpublish(mut self) -> Result<(), Error> {
-        self.withdraw()
+    pub fn unpublish(self) -> Result<(), Error> {
+        // Withdrawn here: the drop would only find nothing left to withdraw.
+        let mut this = ManuallyDrop::new(self);
+        this.withdraw()
     }
 
     fn withdraw(&mut self) -> Result<(), Error> {
-        let Some(mapping) = self.mapping.take() else {
+        let mut process = PROCESS.lock();
+        let Some(live) = process.live.take_if(|live| live.id == self.id) else {
+            // In a forked child that published its own context since: not this handle's.
             return Ok(());
         };
-        if self.is_inherited() {
-            mapping.abandon();
-            return Ok(());
+        if is_own(&process.fork_marker, &live) {
+            live.withdraw()
+        } else {
+            live.abandon();
+            Ok(())
         }
-        // Steps 1 and 2: timestamp 0, and a barrier that orders it before the unmap and
-        // the payload's release.
-        withdraw_header(&mapping);
-        let unmapped = mapping.unmap();
-        // Step 4: free the payload, which nothing points to any more.
-        self.payload = Box::default();
-        release_singleton(self.pid);
-        unmapped
     }
 
-    fn check_owner(&self) -> Result<(), Error> {
-        let current_pid = current_pid();
-        if current_pid == self.pid {
-            Ok(())
-        } else {
-            Err(Error::InheritedAcrossFork {
-                publisher_pid: self.pid,
-                current_pid,
-            })
-        }
+    /// Calls `f` with the publication of this handle, if it is still in this process (in
+    /// a forked child: until the child publishes its own).
+    fn with_live<R>(&self, f: impl FnOnce(&Live) -> R) -> Option<R> {
+        let process = PROCESS.lock();
+        process
+            .live
+            .as_ref()
+            .filter(|live| live.id == self.id)
+            .map(f)
     }
 
     /// Whether this publisher was inherited by a forked child (this process is not the
-    /// one that published, and has no context mapping).
+    /// one that published, and has no context mapping), even one with the publisher's pid
+    /// in another PID namespace.
     pub fn is_inherited(&self) -> bool {
-        current_pid() != self.pid
+        let process = PROCESS.lock();
+        match process.live.as_ref().filter(|live| live.id == self.id) {
+            Some(live) => !is_own(&process.fork_marker, live),
+            None => true,
+        }
     }
 
-    /// The process that published the context.
+    /// The process that published the context (its pid in its own PID namespace).
     pub fn pid(&self) -> i32 {
         self.pid
     }
 
-    /// The published resource.
-    pub fn resource(&self) -> &Resource {
-        &self.resource
+    /// A copy of the published resource.
+    pub fn resource(&self) -> Resource {
+        self.with_live(|live| live.resource.clone())
+            .unwrap_or_default()
     }
 
-    /// The published extra attributes (field 2 of the payload).
-    pub fn attributes(&self) -> &Attributes {
-        &self.attributes
+    /// A copy of the published extra attributes (field 2 of the payload), the thread
+    /// reference data included.
+    pub fn attributes(&self) -> Attributes {
+        self.with_live(|live| live.attributes.clone())
+            .unwrap_or_default()
     }
 
     /// The published `monotonic_published_at_ns`.
     pub fn monotonic_published_at_ns(&self) -> u64 {
-        self.monotonic_published_at_ns
+        self.with_live(|live| live.monotonic_published_at_ns)
+            .unwrap_or(0)
     }
 
-    /// The encoded payload the header points to.
-    pub fn payload(&self) -> &[u8] {
-        &self.payload
+    /// A copy of the encoded payload the header points to.
+    pub fn payload(&self) -> Vec<u8> {
+        self.with_live(|live| live.payload.to_vec())
+            .unwrap_or_default()
     }
 
     /// Address of the mapping (and of the header at its start) in this process.
     pub fn address(&self) -> usize {
-        self.mapping.as_ref().map_or(0, Mapping::address)
+        self.address
     }
 
     /// Length of the mapping in bytes.
     pub fn mapping_len(&self) -> usize {
-        self.mapping.as_ref().map_or(0, Mapping::len)
+        self.mapping_len
     }
 
     /// What backs the mapping.
     pub fn backing(&self) -> Backing {
-        self.mapping
-            .as_ref()
-            .map_or(Backing::Memfd, Mapping::backing)
+        self.backing
     }
 
     /// Whether the last naming `prctl` succeeded: the mapping then shows as
     /// `[anon:OTEL_CTX]` or `[anon_shmem:OTEL_CTX]` in `/proc/<pid>/maps`; otherwise a
     /// memfd-backed one shows as `/memfd:OTEL_CTX (deleted)`.
     pub fn is_named(&self) -> bool {
-        self.named
+        self.with_live(|live| live.named).unwrap_or(false)
     }
 
     /// The header as it is in the mapping now, read with atomic loads; `None` in a forked
     /// child, which does not have the mapping.
     pub fn header(&self) -> Option<ProcessContextHeader> {
-        if self.is_inherited() {
-            return None;
-        }
-        self.mapping.as_ref().map(Mapping::header)
+        let process = PROCESS.lock();
+        process
+            .live
+            .as_ref()
+            .filter(|live| live.id == self.id && is_own(&process.fork_marker, live))
+            .map(|live| live.mapping.header())
     }
 }
 

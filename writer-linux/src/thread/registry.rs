@@ -1,4 +1,11 @@
 //! The process's attribute keys (feature `std`): `threadlocal.attribute_key_map`.
+//!
+//! The registry hands out the keys; the process context publishes their names. Each
+//! registration of new names passes the whole key map to
+//! [`process::set_thread_reference_data`], which keeps it as process-wide state and puts it
+//! in whichever context the process publishes: a standalone `process::Publisher` or
+//! `process::global`, updated at once if one is published, or at its first publish
+//! otherwise (the process context is a singleton, so there is only one to update).
 
 use std::borrow::ToOwned;
 use std::fmt;
@@ -75,8 +82,9 @@ impl std::error::Error for RegistryError {
 ///
 /// A new name is appended to the key map, which is then published as
 /// `threadlocal.attribute_key_map` (with `threadlocal.schema_version =
-/// "tlsdesc_v1_dev"`) through [`process::global::set_thread_reference_data`]: the
-/// published process context is updated now, or gets the key map when it is published.
+/// "tlsdesc_v1_dev"`) through [`process::set_thread_reference_data`], whichever publisher
+/// the process uses (a standalone `process::Publisher` or `process::global`): the context
+/// published now is updated at once, and a context published later includes the key map.
 /// Registering the same name again returns the same key. At most 256 names.
 ///
 /// Call it when an attribute name is first seen and keep the [`Key`]: it takes a lock and
@@ -116,7 +124,7 @@ pub fn register_all<const N: usize>(names: [&str; N]) -> Result<[Key; N], Regist
             .map(String::as_str)
             .chain(new_names.iter().copied())
             .collect();
-        process::global::set_thread_reference_data(SCHEMA_TLSDESC_V1_DEV, &published)
+        process::set_thread_reference_data(SCHEMA_TLSDESC_V1_DEV, &published)
             .map_err(RegistryError::Publish)?;
         key_map.extend(new_names.into_iter().map(str::to_owned));
     }

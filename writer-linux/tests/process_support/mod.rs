@@ -72,6 +72,15 @@ pub fn mapped_at(address: usize) -> bool {
     parse_maps(&self_maps()).iter().any(|m| m.start == address)
 }
 
+/// Whether any mapping of this process covers `address`: mappings that lie side by side
+/// with the same permissions may show as one line (qemu-user shows the host's lines, where
+/// the kernel merged them), so a page need not start a line of its own.
+pub fn mapping_covers(address: usize) -> bool {
+    parse_maps(&self_maps())
+        .iter()
+        .any(|m| m.start <= address && address < m.end)
+}
+
 /// A header and payload as a reader gets them.
 pub struct ReadBack {
     pub header: ProcessContextHeader,
@@ -253,7 +262,7 @@ pub fn dontfork_honoured() -> bool {
         .expect("madvise a scratch page");
     let address = page as usize;
     let outcome = in_child(move || {
-        if mapped_at(address) {
+        if mapping_covers(address) {
             Err("inherited".to_string())
         } else {
             Ok(ChildOutcome::Passed)
