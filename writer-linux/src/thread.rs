@@ -23,6 +23,9 @@
 //! let context = ThreadContext::new([1; 16], [2; 8], 0x01, &[(route, "/users/:id")])?;
 //! let previous = context.attach();
 //! assert!(previous.is_none());
+//! // A context is always recorded in full, or not at all (OTEP 4947's MUSTs).
+//! let half = thread::update([3; 16], [0; 8], 0x01, &[]).unwrap_err();
+//! assert_eq!(half.kind(), "trace_id_without_span_id");
 //! thread::update([3; 16], [4; 8], 0x01, &[(route, "/orders")])?;
 //! thread::append(Key::from_index(1), "GET")?;
 //! let context = thread::detach().expect("attached above");

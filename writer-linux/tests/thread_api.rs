@@ -302,11 +302,12 @@ fn each_thread_has_its_own_slot() {
                     "a new thread starts with NULL"
                 );
                 let name = format!("t{i}");
-                let ctx = ThreadContext::new([i + 10; 16], [i; 8], 1, &[(ROUTE, &name)]).unwrap();
+                let ctx =
+                    ThreadContext::new([i + 10; 16], [i + 1; 8], 1, &[(ROUTE, &name)]).unwrap();
                 ctx.attach();
                 barrier.wait();
                 for round in 0..1000u32 {
-                    thread::update([i + 10; 16], [i; 8], 1, &[(ROUTE, &name)]).unwrap();
+                    thread::update([i + 10; 16], [i + 1; 8], 1, &[(ROUTE, &name)]).unwrap();
                     let bytes = read_through_slot().unwrap();
                     assert_eq!(ids_of(&bytes).0, [i + 10; 16], "round {round}");
                     assert_eq!(attrs_of(&bytes), vec![(0, name.clone())]);
@@ -348,4 +349,57 @@ fn a_detached_context_moves_between_threads() {
     );
     drop(guard);
     assert!(read_through_slot().is_none());
+}
+
+/// OTEP 4947: if either id is set, both MUST be; trace flags are zero when no ids are set.
+/// A record that breaks either rule is refused, whichever way it is written, and the
+/// record is left as it was.
+#[test]
+fn records_that_break_a_must_are_refused() {
+    let bad: [([u8; 16], [u8; 8], u8, &str); 4] = [
+        ([1; 16], [0; 8], 1, "trace_id_without_span_id"),
+        ([0; 16], [2; 8], 1, "span_id_without_trace_id"),
+        ([0; 16], [0; 8], 1, "trace_flags_without_ids"),
+        ([0; 16], [0; 8], 0x80, "trace_flags_without_ids"),
+    ];
+    for (trace_id, span_id, flags, kind) in bad {
+        let error = ThreadContext::new(trace_id, span_id, flags, &[]).unwrap_err();
+        assert_eq!(error.kind(), kind, "new: {error}");
+        let error = ThreadContext::compact(trace_id, span_id, flags, &[]).unwrap_err();
+        assert_eq!(error.kind(), kind, "compact: {error}");
+    }
+
+    // The messages say what to do.
+    let message = |(t, s, f, _): ([u8; 16], [u8; 8], u8, &str)| {
+        ThreadContext::new(t, s, f, &[]).unwrap_err().to_string()
+    };
+    assert!(message(bad[0]).contains("set both"), "{}", message(bad[0]));
+    assert!(message(bad[1]).contains("set both"), "{}", message(bad[1]));
+    assert!(message(bad[2]).contains("pass 0"), "{}", message(bad[2]));
+
+    // A detached record keeps its bytes.
+    let mut context = ThreadContext::new([1; 16], [1; 8], 1, &[(ROUTE, "a")]).unwrap();
+    let before = context.as_bytes().to_vec();
+    for (trace_id, span_id, flags, kind) in bad {
+        let error = context
+            .update(trace_id, span_id, flags, &[(ROUTE, "b")])
+            .unwrap_err();
+        assert_eq!(error.kind(), kind, "ThreadContext::update: {error}");
+        assert_eq!(context.as_bytes(), before);
+    }
+
+    // The attached record keeps its bytes, and stays valid.
+    context.attach();
+    for (trace_id, span_id, flags, kind) in bad {
+        let error = thread::update(trace_id, span_id, flags, &[(ROUTE, "b")]).unwrap_err();
+        assert_eq!(error.kind(), kind, "thread::update: {error}");
+        assert_eq!(read_through_slot().unwrap(), before);
+    }
+
+    // What the rules allow: both ids with any flags, or neither with zero flags.
+    thread::update([3; 16], [4; 8], 0, &[]).unwrap();
+    thread::update([3; 16], [4; 8], 0x03, &[]).unwrap();
+    thread::update([0; 16], [0; 8], 0, &[(ROUTE, "no trace")]).unwrap();
+    assert_eq!(ids_of(&read_through_slot().unwrap()), ([0; 16], [0; 8], 0));
+    drop(thread::detach());
 }

@@ -82,7 +82,8 @@ fn thread_exit_frees_the_attached_context_after_clearing_the_slot() {
         .map(|i| {
             std::thread::spawn(move || {
                 let ctx =
-                    ThreadContext::new([i; 16], [i; 8], 1, &[(Key::from_index(0), "x")]).unwrap();
+                    ThreadContext::new([i + 1; 16], [i + 1; 8], 1, &[(Key::from_index(0), "x")])
+                        .unwrap();
                 assert!(ctx.attach().is_none());
                 if i % 2 == 0 {
                     // Detach and attach again: the exit hook stays armed.
@@ -132,7 +133,13 @@ fn hot_path_does_not_allocate() {
     let allocs = THREAD_ALLOCS.with(Cell::get);
     for i in 0..10_000u32 {
         assert!(ctx.take().unwrap().attach().is_none());
-        thread::update([i as u8; 16], [1; 8], 1, &[(key, "route"), (key, "GET")]).unwrap();
+        thread::update(
+            [i as u8 | 0x80; 16],
+            [1; 8],
+            1,
+            &[(key, "route"), (key, "GET")],
+        )
+        .unwrap();
         thread::append(key, "more").unwrap();
         thread::truncate_attrs(1).unwrap();
         // Swap the spare in (ctx comes back), then ctx in again (the spare comes back).

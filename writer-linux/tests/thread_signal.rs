@@ -29,8 +29,9 @@ fn trace_id(c: u64) -> [u8; 16] {
     id
 }
 
+/// Never zero: a trace id needs a span id.
 fn span_id(c: u64) -> [u8; 8] {
-    c.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_ne_bytes()
+    (c.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1).to_ne_bytes()
 }
 
 fn trace_flags(c: u64) -> u8 {

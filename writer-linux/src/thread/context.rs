@@ -52,7 +52,9 @@ impl ThreadContext {
     /// A record of [`CAPACITY`](Self::CAPACITY) bytes with these ids and attributes.
     ///
     /// `trace_id` and `span_id` are W3C bytes; both zero (and `trace_flags` zero) means no
-    /// trace. Errors if a value is over 255 bytes or the attributes do not fit.
+    /// trace. Errors if only one of the ids is set or `trace_flags` is set without ids
+    /// (OTEP 4947: both ids or neither, and no flags without ids), if a value is over 255
+    /// bytes, or if the attributes do not fit.
     pub fn new(
         trace_id: [u8; 16],
         span_id: [u8; 8],
@@ -111,8 +113,8 @@ impl ThreadContext {
         self.record.attr_count()
     }
 
-    /// Replaces ids, flags and attributes. Errors (value over 255 bytes, record full)
-    /// leave the record unchanged.
+    /// Replaces ids, flags and attributes. Errors (one id without the other, flags without
+    /// ids, value over 255 bytes, record full) leave the record unchanged.
     pub fn update(
         &mut self,
         trace_id: [u8; 16],

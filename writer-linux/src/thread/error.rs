@@ -29,6 +29,16 @@ pub enum ContextError {
         /// The capacity asked for.
         capacity: usize,
     },
+    /// A trace id without a span id: OTEP 4947 requires both or neither.
+    TraceIdWithoutSpanId,
+    /// A span id without a trace id: OTEP 4947 requires both or neither.
+    SpanIdWithoutTraceId,
+    /// Trace flags with neither a trace id nor a span id: OTEP 4947 requires zero flags
+    /// when no ids are set.
+    TraceFlagsWithoutIds {
+        /// The flags asked for.
+        trace_flags: u8,
+    },
 }
 
 impl ContextError {
@@ -39,6 +49,9 @@ impl ContextError {
             Self::RecordFull { .. } => "record_full",
             Self::NotAttached => "not_attached",
             Self::CapacityOutOfRange { .. } => "capacity_out_of_range",
+            Self::TraceIdWithoutSpanId => "trace_id_without_span_id",
+            Self::SpanIdWithoutTraceId => "span_id_without_trace_id",
+            Self::TraceFlagsWithoutIds { .. } => "trace_flags_without_ids",
         }
     }
 }
@@ -66,6 +79,21 @@ impl fmt::Display for ContextError {
                 "record capacity {capacity} is outside {RECORD_HEADER_SIZE}..={MAX_RECORD_SIZE} \
                  bytes (the header takes {RECORD_HEADER_SIZE}, readers copy at most \
                  {MAX_RECORD_SIZE})"
+            ),
+            Self::TraceIdWithoutSpanId => write!(
+                f,
+                "the trace id is set but the span id is all zeros; set both ids (OTEP 4947: \
+                 both or neither), or neither for no trace"
+            ),
+            Self::SpanIdWithoutTraceId => write!(
+                f,
+                "the span id is set but the trace id is all zeros; set both ids (OTEP 4947: \
+                 both or neither), or neither for no trace"
+            ),
+            Self::TraceFlagsWithoutIds { trace_flags } => write!(
+                f,
+                "trace flags {trace_flags:#04x} with neither a trace id nor a span id; \
+                 OTEP 4947 requires zero flags when no ids are set: pass 0, or set both ids"
             ),
         }
     }

@@ -149,8 +149,9 @@ impl RecordPtr {
 
     /// In-place update: `valid = 0`, write ids, flags and attrs-data, `valid = 1`.
     ///
-    /// Everything is checked before the first write: on error the record is untouched
-    /// (and stays valid).
+    /// Everything is checked before the first write (the ids and flags against the rules
+    /// of the specification, the entries against the capacity): on error the record is
+    /// untouched (and stays valid).
     ///
     /// # Safety
     /// The record must be live and written by no other thread.
@@ -162,6 +163,7 @@ impl RecordPtr {
         trace_flags: u8,
         attrs: &[(Key, &str)],
     ) -> Result<(), ContextError> {
+        check_ids(trace_id, span_id, trace_flags)?;
         let attrs_data_size = checked_attrs_len(attrs, self.capacity())?;
         // SAFETY: the caller's guarantees; `checked_attrs_len` bounded the entries by the
         // capacity and every value by 255 bytes.
@@ -265,6 +267,23 @@ impl RecordPtr {
             count += 1;
         }
         count
+    }
+}
+
+/// Checks the ids and flags against OTEP 4947: "if either trace-id or span-id is set,
+/// both MUST be set", and trace flags are "zero when trace-id/span-id are not set".
+#[inline(always)]
+fn check_ids(trace_id: &[u8; 16], span_id: &[u8; 8], trace_flags: u8) -> Result<(), ContextError> {
+    let has_trace = u128::from_ne_bytes(*trace_id) != 0;
+    let has_span = u64::from_ne_bytes(*span_id) != 0;
+    match (has_trace, has_span) {
+        (true, true) => Ok(()),
+        (true, false) => Err(ContextError::TraceIdWithoutSpanId),
+        (false, true) => Err(ContextError::SpanIdWithoutTraceId),
+        (false, false) if trace_flags != 0 => {
+            Err(ContextError::TraceFlagsWithoutIds { trace_flags })
+        }
+        (false, false) => Ok(()),
     }
 }
 
@@ -494,5 +513,37 @@ unsafe fn copy_value(src: *const u8, dst: *mut u8, len: usize) {
         } else if len == 1 {
             dst.write(src.read());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_both_or_neither_and_no_flags_without_ids() {
+        let (t, s) = ([1; 16], [2; 8]);
+        let mut low_trace = [0; 16];
+        low_trace[15] = 1;
+        assert_eq!(check_ids(&t, &s, 0), Ok(()));
+        assert_eq!(check_ids(&t, &s, 0xff), Ok(()));
+        assert_eq!(check_ids(&low_trace, &s, 1), Ok(()));
+        assert_eq!(check_ids(&[0; 16], &[0; 8], 0), Ok(()));
+        assert_eq!(
+            check_ids(&t, &[0; 8], 1),
+            Err(ContextError::TraceIdWithoutSpanId)
+        );
+        assert_eq!(
+            check_ids(&low_trace, &[0; 8], 0),
+            Err(ContextError::TraceIdWithoutSpanId)
+        );
+        assert_eq!(
+            check_ids(&[0; 16], &s, 1),
+            Err(ContextError::SpanIdWithoutTraceId)
+        );
+        assert_eq!(
+            check_ids(&[0; 16], &[0; 8], 0x02),
+            Err(ContextError::TraceFlagsWithoutIds { trace_flags: 0x02 })
+        );
     }
 }
