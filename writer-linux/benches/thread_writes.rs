@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
-use otel_ctx_writer::thread::{self, Key, ThreadContext};
+use otel_ctx_writer::thread::{self, Attached, Key, ThreadContext};
 
 #[path = "thread_inputs.rs"]
 mod inputs;
@@ -66,11 +66,11 @@ fn swap(c: &mut Criterion) {
     let a = ThreadContext::new(inputs::TRACE_ID, inputs::SPAN_ID, 1, &[]).unwrap();
     let b = ThreadContext::new(inputs::TRACE_ID, inputs::SPAN_ID, 1, &[]).unwrap();
     a.attach();
-    let mut held = Some(b);
+    let mut held = Some(Attached::Context(b));
     c.benchmark_group("swap").bench_function(NAME, |bench| {
         bench.iter(|| {
             // Attach the held one; the one it replaces is held for the next iteration.
-            held = black_box(held.take()).and_then(ThreadContext::attach);
+            held = black_box(held.take()).and_then(Attached::attach);
         })
     });
     drop(thread::detach());

@@ -7,9 +7,9 @@
 //! `threadlocal.attribute_key_map`.
 //!
 //! - [`ThreadContext`]: one owned record, allocated when created, then updated without
-//!   allocation. [`ThreadContext::attach`] makes it the thread's record and returns the one
-//!   it replaced; [`detach`] takes it back; [`ThreadContext::attach_scoped`] restores the
-//!   previous one when its guard drops.
+//!   allocation. [`ThreadContext::attach`] makes it the thread's record and returns what
+//!   it replaced ([`Attached`]); [`detach`] takes it back; [`ThreadContext::attach_scoped`]
+//!   restores the previous one when its guard drops.
 //! - [`update`], [`append`], [`append_truncated`], [`truncate_attrs`]: change the attached
 //!   record in place, following the writer protocol of the specification (`valid = 0`,
 //!   write, `valid = 1`; or grow past `attrs_data_size` and then publish the new size).
@@ -34,7 +34,19 @@
 //! ```
 //!
 //! The binary (or shared library) must export `otel_thread_ctx_v1` in `.dynsym` for
-//! readers to find it: see the `export` module and `EXPORTING.md`.
+//! readers to find it: see the `otel-ctx-export` package and `EXPORTING.md`.
+//!
+//! # Other libraries' records
+//!
+//! `otel_thread_ctx_v1` is process-wide by design: a C library or another SDK in the same
+//! process attaches its own records to the same slot. This crate recognises its own
+//! records (it keeps, beside the slot, the record of its own it last attached) and treats
+//! any other pointer as opaque: it never reads its size, writes into it or frees it.
+//! Attaching over it returns it as [`Attached::Foreign`], which can be attached again;
+//! [`detach`] and thread exit leave it in the slot; in-place changes refuse it with
+//! [`ContextError::ForeignRecordAttached`].
+//!
+//! # Ordering
 //!
 //! Writes are ordered with compiler fences only: a record is written by its own thread and
 //! read while that thread is stopped (signal-handler semantics), so the CPU's own order
@@ -64,7 +76,7 @@ mod slot;
 
 pub use context::{
     append, append_truncated, attached_attr_count, detach, is_attached, swap, truncate_attrs,
-    update, AttachGuard, ThreadContext,
+    update, AttachGuard, Attached, ForeignRecord, ThreadContext,
 };
 pub use error::ContextError;
 pub use key::Key;

@@ -105,12 +105,15 @@ fn attach_detach_swap() {
 
     // Swap: attaching b hands a back.
     let a = b.attach().expect("a was attached");
+    assert!(matches!(a, thread::Attached::Context(_)), "{a:?}");
     assert_eq!(a.as_ptr(), a_addr);
     assert_eq!(attached_record_address(), b_addr);
     assert_eq!(ids_of(&read_through_slot().unwrap()), ([2; 16], [2; 8], 0));
 
     // Swap back with the free function; then detach.
-    let b = thread::swap(Some(a)).expect("b was attached");
+    let b = thread::swap(Some(a))
+        .and_then(thread::Attached::into_context)
+        .expect("b was attached");
     assert_eq!(b.as_ptr(), b_addr);
     assert_eq!(b.capacity(), 64);
     let a = thread::detach().expect("a was attached");

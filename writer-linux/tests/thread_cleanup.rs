@@ -144,7 +144,7 @@ fn hot_path_does_not_allocate() {
         thread::truncate_attrs(1).unwrap();
         // Swap the spare in (ctx comes back), then ctx in again (the spare comes back).
         let back = spare.take().unwrap().attach();
-        spare = thread::swap(back);
+        spare = thread::swap(back).and_then(thread::Attached::into_context);
         ctx = thread::detach();
         let guard = spare.take().unwrap().attach_scoped();
         spare = guard.detach();

@@ -260,7 +260,11 @@ fn every_valid_record_seen_by_a_signal_handler_is_consistent() {
                 }
                 if c.is_multiple_of(256) {
                     // Swap: the spare (holding an older, consistent record) goes in.
-                    spare = spare.take().unwrap().attach();
+                    spare = spare
+                        .take()
+                        .unwrap()
+                        .attach()
+                        .and_then(thread::Attached::into_context);
                 }
             }
             drop(thread::detach());

@@ -1,5 +1,6 @@
 //! Thread exit with a context attached (feature `std`): the slot is set to NULL, then the
-//! record is freed.
+//! record is freed. A record another library attached is left in the slot: it is not this
+//! crate's to free (its owner's own exit hook may still look for it there).
 
 use std::thread_local;
 
@@ -9,7 +10,8 @@ struct DetachOnExit;
 impl Drop for DetachOnExit {
     fn drop(&mut self) {
         // `detach` stores NULL in the slot before the record is freed (the returned context
-        // drops after the store), so a reader never follows the slot to freed memory.
+        // drops after the store), so a reader never follows the slot to freed memory. It
+        // takes only a context of this crate: another library's record stays.
         drop(super::detach());
     }
 }

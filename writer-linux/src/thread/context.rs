@@ -8,7 +8,8 @@ use core::ptr::NonNull;
 use otel_ctx_codec::record::{COMPACT_RECORD_SIZE, MAX_RECORD_SIZE};
 
 use super::record::{Record, RecordPtr};
-use super::{slot, ContextError, Key};
+use super::slot::{self, Held};
+use super::{ContextError, Key};
 
 /// One thread-context record, owned: trace id, span id, trace flags and attributes.
 ///
@@ -21,13 +22,23 @@ use super::{slot, ContextError, Key};
 ///
 /// A context is either owned by a value of this type, or attached: owned by the calling
 /// thread's `otel_thread_ctx_v1` slot. [`ThreadContext::attach`] moves the context into the
-/// slot and hands back the one it replaces; [`detach`] takes it back out. While attached,
+/// slot and hands back what it replaces; [`detach`] takes it back out. While attached,
 /// the record is changed with the free functions of this module ([`update`], [`append`],
 /// [`truncate_attrs`]) that act on the calling thread's attached record. So the record the
 /// slot points at can never be freed or moved while it is reachable, and dropping a context
 /// is always safe. With the `std` feature a thread that exits with a context attached sets
 /// its slot to NULL and then frees the record; without `std` there is no thread-exit hook,
 /// so detach before the thread ends or the record leaks.
+///
+/// # Other libraries on the same slot
+///
+/// `otel_thread_ctx_v1` is one slot per thread for the whole process: a C library or
+/// another SDK may attach its own records to it. This crate tells its own records apart
+/// from theirs without touching their memory, and never reads, writes or frees a record it
+/// did not allocate. Attaching over another library's record hands it back as
+/// [`Attached::Foreign`], to be put back afterwards ([`swap`], [`Attached::attach`], or
+/// the drop of an [`AttachGuard`]); [`detach`] and the thread-exit hook leave it in the
+/// slot; the in-place changes refuse it with [`ContextError::ForeignRecordAttached`].
 ///
 /// A detached context is a plain buffer: it may be sent to another thread and attached
 /// there (the pattern of async runtimes, where a task carries its context from poll to
@@ -148,17 +159,20 @@ impl ThreadContext {
         unsafe { self.record.truncate_attrs(keep) }
     }
 
-    /// Makes this the calling thread's context and returns the one it replaces.
+    /// Makes this the calling thread's context and returns what the slot held before: a
+    /// context of this crate, another library's record, or `None`.
     ///
     /// This is the swap of async runtimes: attach the task's context before a poll, and
-    /// attach (or [`detach`]) the returned one after it.
+    /// put the returned value back after it with [`swap`], which hands the task's context
+    /// back. [`Attached::into_context`] turns the returned value into a context of this
+    /// crate where nothing else is expected.
     #[inline]
-    pub fn attach(self) -> Option<ThreadContext> {
-        swap(Some(self))
+    pub fn attach(self) -> Option<Attached> {
+        swap(Some(Attached::Context(self)))
     }
 
-    /// Attaches this context until the returned guard is dropped, which restores the
-    /// context attached before (or none).
+    /// Attaches this context until the returned guard is dropped, which restores what the
+    /// slot held before (a context, another library's record, or nothing).
     #[inline]
     pub fn attach_scoped(self) -> AttachGuard {
         AttachGuard {
@@ -172,13 +186,13 @@ impl ThreadContext {
     }
 
     /// # Safety
-    /// `record` must be NULL or come from [`ThreadContext::into_record`] (through the
-    /// slot) and be owned by nothing else.
-    unsafe fn from_record(record: *mut Record) -> Option<Self> {
-        // SAFETY: guaranteed by the caller.
-        NonNull::new(record).map(|r| Self {
-            record: unsafe { RecordPtr::from_record(r) },
-        })
+    /// `record` must come from [`ThreadContext::into_record`] (through the slot) and be
+    /// owned by nothing else.
+    unsafe fn from_record(record: NonNull<Record>) -> Self {
+        Self {
+            // SAFETY: guaranteed by the caller.
+            record: unsafe { RecordPtr::from_record(record) },
+        }
     }
 }
 
@@ -203,46 +217,168 @@ impl fmt::Debug for ThreadContext {
     }
 }
 
-/// Attaches `next` (or detaches, with `None`) and returns the context it replaces.
-#[inline]
-pub fn swap(next: Option<ThreadContext>) -> Option<ThreadContext> {
-    let next = next.map_or(core::ptr::null_mut(), ThreadContext::into_record);
-    let previous = slot::replace(next);
-    #[cfg(feature = "std")]
-    {
-        if previous.is_null() && !next.is_null() {
-            super::cleanup::arm();
+/// What the calling thread's slot held, taken out of it: a context of this crate, or a
+/// record another library attached.
+///
+/// Returned by [`ThreadContext::attach`] and [`swap`]; put it back with
+/// [`Attached::attach`] or [`swap`]. Dropping it drops a context of this crate (freeing
+/// its record) and forgets another library's record (whose memory stays its owner's).
+pub enum Attached {
+    /// A context of this crate, owned again.
+    Context(ThreadContext),
+    /// A record another library attached to the same slot.
+    Foreign(ForeignRecord),
+}
+
+impl Attached {
+    /// The context of this crate, or `None` for another library's record (which is then
+    /// forgotten, not freed).
+    #[inline]
+    pub fn into_context(self) -> Option<ThreadContext> {
+        match self {
+            Self::Context(context) => Some(context),
+            Self::Foreign(_) => None,
         }
     }
-    // SAFETY: the slot only ever holds NULL or records from `into_record`, and replacing
-    // it gave up the slot's ownership of `previous`.
-    unsafe { ThreadContext::from_record(previous) }
+
+    /// Puts this back in the calling thread's slot and returns what the slot held.
+    #[inline]
+    pub fn attach(self) -> Option<Attached> {
+        swap(Some(self))
+    }
+
+    /// The address of the record: the value the slot holds while it is attached.
+    pub fn as_ptr(&self) -> *const u8 {
+        match self {
+            Self::Context(context) => context.as_ptr(),
+            Self::Foreign(foreign) => foreign.as_ptr(),
+        }
+    }
+}
+
+impl From<ThreadContext> for Attached {
+    fn from(context: ThreadContext) -> Self {
+        Self::Context(context)
+    }
+}
+
+impl From<ForeignRecord> for Attached {
+    fn from(foreign: ForeignRecord) -> Self {
+        Self::Foreign(foreign)
+    }
+}
+
+impl fmt::Debug for Attached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Context(context) => f.debug_tuple("Context").field(context).finish(),
+            Self::Foreign(foreign) => f.debug_tuple("Foreign").field(foreign).finish(),
+        }
+    }
+}
+
+/// A record another library attached to the calling thread's `otel_thread_ctx_v1`, taken
+/// out of the slot to attach one of this crate's: an opaque pointer.
+///
+/// Its memory belongs to the other library: this crate never reads it, writes it or frees
+/// it, and dropping this value only forgets the pointer. Attaching it again
+/// ([`Attached::attach`], [`swap`], the drop of an [`AttachGuard`]) restores the slot as
+/// it was, including which context of this crate the other library had replaced, so that
+/// one is recognised as this crate's again when the other library puts it back. It stays
+/// on the thread whose slot held it (neither `Send` nor `Sync`).
+pub struct ForeignRecord {
+    record: NonNull<Record>,
+    /// The shadow when the record was taken out (see `slot.rs`).
+    below: *mut Record,
+}
+
+impl ForeignRecord {
+    /// The address of the record: the value the slot held.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.record.as_ptr().cast_const().cast()
+    }
+}
+
+impl fmt::Debug for ForeignRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ForeignRecord")
+            .field(&self.as_ptr())
+            .finish()
+    }
+}
+
+/// Attaches `next` (or detaches, with `None`) and returns what the slot held: a context
+/// of this crate, another library's record, or `None`.
+///
+/// Unlike [`detach`], `swap(None)` also takes another library's record out of the slot,
+/// and hands it back to be put back later.
+#[inline]
+pub fn swap(next: Option<Attached>) -> Option<Attached> {
+    // The shadow is the record itself for a context of this crate, the `below` of another
+    // library's record being put back, NULL for none.
+    let (record, shadow) = match next {
+        None => (core::ptr::null_mut(), core::ptr::null_mut()),
+        Some(Attached::Context(context)) => {
+            let record = context.into_record();
+            (record, record)
+        }
+        Some(Attached::Foreign(foreign)) => (foreign.record.as_ptr(), foreign.below),
+    };
+    let previous = slot::swap(record, shadow);
+    // A slot that held no context of this crate gets one: arm the exit hook. (One of this
+    // crate's contexts that comes back later from under a foreign record was attached on
+    // this thread first, since `ForeignRecord` is not `Send`: armed then.)
+    #[cfg(feature = "std")]
+    if !record.is_null() && record == shadow && !matches!(previous, Held::Ours(_)) {
+        super::cleanup::arm();
+    }
+    match previous {
+        Held::Empty => None,
+        // SAFETY: a record the slot held and the shadow names is a record of this crate
+        // from `into_record`, owned by the slot; replacing it gave up that ownership.
+        Held::Ours(record) => Some(Attached::Context(unsafe {
+            ThreadContext::from_record(record)
+        })),
+        Held::Foreign { record, below } => Some(Attached::Foreign(ForeignRecord { record, below })),
+    }
 }
 
 /// Detaches the calling thread's context (the slot becomes NULL) and returns it.
+///
+/// Only a context of this crate is detached: when the slot holds a record another library
+/// attached, it stays there and `None` is returned ([`swap`] takes it out, if that is
+/// really meant).
 #[inline]
 pub fn detach() -> Option<ThreadContext> {
-    swap(None)
+    // SAFETY: `detach_ours` returns a record of this crate that the slot owned and no
+    // longer holds.
+    slot::detach_ours().map(|record| unsafe { ThreadContext::from_record(record) })
 }
 
-/// Whether a context is attached to the calling thread.
+/// Whether a context of this crate is attached to the calling thread (a record another
+/// library attached does not count).
 #[inline]
 pub fn is_attached() -> bool {
-    !slot::load().is_null()
+    matches!(slot::held(), Held::Ours(_))
 }
 
-/// The calling thread's attached record.
+/// The calling thread's attached record, if it is one of this crate's.
 #[inline(always)]
 fn attached() -> Result<RecordPtr, ContextError> {
-    NonNull::new(slot::load())
-        // SAFETY: a non-NULL slot holds a record from `into_record` that the slot owns;
-        // it stays live until this thread replaces it.
-        .map(|r| unsafe { RecordPtr::from_record(r) })
-        .ok_or(ContextError::NotAttached)
+    match slot::held() {
+        // SAFETY: a record of this crate held by the slot stays live until this thread
+        // replaces it.
+        Held::Ours(record) => Ok(unsafe { RecordPtr::from_record(record) }),
+        Held::Empty => Err(ContextError::NotAttached),
+        Held::Foreign { .. } => Err(ContextError::ForeignRecordAttached),
+    }
 }
 
 /// Updates the attached record in place (`valid = 0`, write, `valid = 1`): ids, flags
 /// and attributes. Errors leave the record unchanged and valid.
+///
+/// Like every in-place change below, it refuses another library's record in the slot
+/// ([`ContextError::ForeignRecordAttached`]) and leaves it untouched.
 #[inline]
 pub fn update(
     trace_id: [u8; 16],
@@ -287,21 +423,23 @@ pub fn attached_attr_count() -> Result<usize, ContextError> {
     Ok(attached()?.attr_count())
 }
 
-/// Restores, when dropped, the context that was attached before
-/// [`ThreadContext::attach_scoped`]; the context attached at that moment is dropped.
+/// Restores, when dropped, what the slot held before [`ThreadContext::attach_scoped`] (a
+/// context, another library's record, or nothing); the context attached at that moment is
+/// dropped.
 ///
 /// It stays on the thread that made it (neither `Send` nor `Sync`).
 #[must_use = "dropping the guard at once detaches the context again"]
 pub struct AttachGuard {
-    previous: Option<ThreadContext>,
+    previous: Option<Attached>,
     _not_send: PhantomData<*mut ()>,
 }
 
 impl AttachGuard {
     /// Restores the previous context now and returns the one that was attached (to keep
-    /// it for a later attach, e.g. the next poll of the same task).
+    /// it for a later attach, e.g. the next poll of the same task). A record another
+    /// library attached meanwhile is taken out of the slot and forgotten, not returned.
     pub fn detach(mut self) -> Option<ThreadContext> {
-        let current = swap(self.previous.take());
+        let current = swap(self.previous.take()).and_then(Attached::into_context);
         // `previous` is `None` now: forgetting the guard skips its `Drop` and leaks nothing.
         core::mem::forget(self);
         current

@@ -29,6 +29,9 @@ pub enum ContextError {
         /// The capacity asked for.
         capacity: usize,
     },
+    /// The slot holds a record another library attached (`otel_thread_ctx_v1` is shared by
+    /// every writer in the process): this crate changes only records it allocated.
+    ForeignRecordAttached,
     /// A trace id without a span id: OTEP 4947 requires both or neither.
     TraceIdWithoutSpanId,
     /// A span id without a trace id: OTEP 4947 requires both or neither.
@@ -49,6 +52,7 @@ impl ContextError {
             Self::RecordFull { .. } => "record_full",
             Self::NotAttached => "not_attached",
             Self::CapacityOutOfRange { .. } => "capacity_out_of_range",
+            Self::ForeignRecordAttached => "foreign_record_attached",
             Self::TraceIdWithoutSpanId => "trace_id_without_span_id",
             Self::SpanIdWithoutTraceId => "span_id_without_trace_id",
             Self::TraceFlagsWithoutIds { .. } => "trace_flags_without_ids",
@@ -79,6 +83,14 @@ impl fmt::Display for ContextError {
                 "record capacity {capacity} is outside {RECORD_HEADER_SIZE}..={MAX_RECORD_SIZE} \
                  bytes (the header takes {RECORD_HEADER_SIZE}, readers copy at most \
                  {MAX_RECORD_SIZE})"
+            ),
+            Self::ForeignRecordAttached => write!(
+                f,
+                "another library's record is attached to this thread's otel_thread_ctx_v1 \
+                 (the slot is shared by every writer in the process), and this crate never \
+                 changes a record it did not allocate; it was left as it is: attach a \
+                 context of this crate first (attach returns the other record, to put back \
+                 afterwards)"
             ),
             Self::TraceIdWithoutSpanId => write!(
                 f,

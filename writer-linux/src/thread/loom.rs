@@ -24,9 +24,16 @@
 //! # How the model reproduces that
 //!
 //! - **The writer** is this crate's own code: [`write_update`], [`write_append`],
-//!   [`write_truncate`] (`record.rs`) and [`replace_in`] (`slot.rs`), the functions
-//!   `ThreadContext`, `update`, `append`, `truncate_attrs` and `swap` call, run on a
-//!   [`ModelRecord`] and a [`ModelSlot`] that see every store and every fence.
+//!   [`write_truncate`] (`record.rs`), and [`swap_in`], [`detach_ours_in`] and [`held_in`]
+//!   (`slot.rs`), the functions `ThreadContext`, `update`, `append`, `truncate_attrs`,
+//!   `swap` and `detach` call, run on a [`ModelRecord`] and a [`ModelSlot`] that see every
+//!   store and every fence. What the slot held decides, as in `context.rs`, what the step
+//!   does next: free a record of this crate, keep another library's record to put back, or
+//!   refuse an in-place change.
+//! - **Another library** shares the slot: it owns model record [`FOREIGN`], attaches it
+//!   over whatever the slot holds and puts that back later, as a C writer of the
+//!   pointer-swapping style does. Any write into that record, or a free of it, by this
+//!   crate's code fails the model at once.
 //! - **Compiler freedom.** The model memory keeps two images: `latest`, every store in
 //!   program order, and `committed`, the state at the last compiler fence. A reader that
 //!   stops the thread sees `committed`, plus, for the stores issued since the last fence
@@ -54,8 +61,10 @@
 //! every record it accepts is a state the attached record really had, up to the step
 //! that was interrupted, never a mixture of two. (A state older than the one before the
 //! interrupted step is possible and fine: the compiler may merge a size store into a
-//! later one.) Three deliberately broken writers (each protocol step without one of its
-//! fences) must each make loom fail.
+//! later one.) Another library's record is never written or freed, and is back in the slot
+//! whenever the steps put it back. Four deliberately broken writers (each protocol step
+//! without one of its fences, and a swap that frees whatever the slot held) must each make
+//! loom fail.
 
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -76,13 +85,15 @@ use otel_ctx_codec::record::{
 };
 
 use super::record::{write_append, write_truncate, write_update, Record, RecordWrites};
-use super::slot::{replace_in, SlotWrites};
+use super::slot::{detach_ours_in, held_in, swap_in, Held, SlotWrites};
 use super::Key;
 
 /// Capacity of a model record: a compact one.
 const CAPACITY: usize = 64;
-/// Records in the model heap.
-const RECORDS: usize = 2;
+/// Records in the model heap: two of this crate, then [`FOREIGN`].
+const RECORDS: usize = 3;
+/// The record of another library (a C writer sharing the slot).
+const FOREIGN: usize = 2;
 /// Address of record 0 in the model; record `i` is `i * STRIDE` further.
 const HEAP_BASE: usize = 0x7f00_0000_0040;
 const STRIDE: usize = 0x400;
@@ -123,6 +134,12 @@ struct Memory {
     step: usize,
     /// Interrupt points the writer has passed.
     points: usize,
+    /// The slot's shadow (`slot.rs`): the writer's own, never seen by a reader.
+    shadow: usize,
+    /// Another library's record taken out of the slot, to put back: `(record, below)`.
+    taken: Option<(usize, usize)>,
+    /// What the other library found in the slot when it attached its record, to restore.
+    foreign_saved: Vec<usize>,
 }
 
 impl Memory {
@@ -132,6 +149,7 @@ impl Memory {
             // A freshly allocated record: zeroed, `valid = 1` (`RecordPtr::allocate`).
             record[VALID_OFFSET] = VALID;
         }
+        Logical::foreign().write_to(&mut bytes[FOREIGN]);
         let image = Image {
             bytes,
             unknown: [[false; CAPACITY]; RECORDS],
@@ -143,10 +161,14 @@ impl Memory {
             pending: Vec::new(),
             step: 0,
             points: 0,
+            shadow: 0,
+            taken: None,
+            foreign_saved: Vec::new(),
         }
     }
 
     fn plain(&mut self, record: usize, offset: usize, bytes: &[u8]) {
+        assert_ne!(record, FOREIGN, "wrote into the foreign record");
         let end = offset + bytes.len();
         self.latest.bytes[record][offset..end].copy_from_slice(bytes);
         self.latest.unknown[record][offset..end].fill(false);
@@ -158,6 +180,7 @@ impl Memory {
     }
 
     fn free(&mut self, record: usize) {
+        assert_ne!(record, FOREIGN, "freed the foreign record");
         self.latest.unknown[record].fill(true);
         self.pending.push(Pending::Plain {
             record,
@@ -278,6 +301,7 @@ struct ModelRecord<'a> {
 
 impl RecordWrites for ModelRecord<'_> {
     fn store_valid(self, valid: u8) {
+        assert_ne!(self.record, FOREIGN, "wrote valid into the foreign record");
         self.shared.interrupt_point();
         self.shared.write(|m| {
             m.latest.bytes[self.record][VALID_OFFSET] = valid;
@@ -294,6 +318,10 @@ impl RecordWrites for ModelRecord<'_> {
     }
 
     fn store_attrs_data_size(self, attrs_data_size: u16) {
+        assert_ne!(
+            self.record, FOREIGN,
+            "wrote attrs_data_size into the foreign record"
+        );
         self.shared.interrupt_point();
         self.shared.write(|m| {
             m.latest.bytes[self.record][ATTRS_DATA_SIZE_OFFSET..ATTRS_DATA_SIZE_OFFSET + 2]
@@ -357,6 +385,15 @@ impl SlotWrites for ModelSlot<'_> {
         });
     }
 
+    fn load_shadow(self) -> *mut Record {
+        core::ptr::without_provenance_mut(self.shared.read(|m| m.shadow))
+    }
+
+    fn store_shadow(self, record: *mut Record) {
+        // No interrupt point: a reader never looks at the shadow.
+        self.shared.write(|m| m.shadow = record.addr());
+    }
+
     fn step_fence(self) {
         self.shared.interrupt_point();
         self.shared.write(Memory::fence);
@@ -390,6 +427,33 @@ impl Logical {
         }
     }
 
+    /// The record of the other library.
+    fn foreign() -> Self {
+        Self {
+            trace_id: [0xf0; 16],
+            span_id: [0x0f; 8],
+            trace_flags: 1,
+            attrs: vec![(7, b"foreign".to_vec())],
+        }
+    }
+
+    /// Writes this record's bytes (the model's initial memory, outside any step).
+    fn write_to(&self, bytes: &mut [u8; CAPACITY]) {
+        bytes[TRACE_ID_OFFSET..TRACE_ID_OFFSET + 16].copy_from_slice(&self.trace_id);
+        bytes[SPAN_ID_OFFSET..SPAN_ID_OFFSET + 8].copy_from_slice(&self.span_id);
+        bytes[VALID_OFFSET] = VALID;
+        bytes[TRACE_FLAGS_OFFSET] = self.trace_flags;
+        let mut at = ATTRS_DATA_OFFSET;
+        for (key, value) in &self.attrs {
+            bytes[at] = *key;
+            bytes[at + 1] = value.len() as u8;
+            bytes[at + 2..at + 2 + value.len()].copy_from_slice(value);
+            at += 2 + value.len();
+        }
+        bytes[ATTRS_DATA_SIZE_OFFSET..ATTRS_DATA_SIZE_OFFSET + 2]
+            .copy_from_slice(&(self.attrs_data_size() as u16).to_ne_bytes());
+    }
+
     fn attrs_data_size(&self) -> usize {
         self.attrs.iter().map(|(_, v)| 2 + v.len()).sum()
     }
@@ -412,9 +476,27 @@ enum Step {
     },
     /// `write_truncate` to `keep` entries.
     Truncate { record: usize, keep: usize },
-    /// `replace_in(slot, record)` (`None`: detach), then the previous record is freed,
-    /// as `swap` and the drop of what it returns do.
+    /// `swap_in(slot, record, record)` (`None`: `swap(None)`), then the previous record is
+    /// freed if it is this crate's (as `swap` and the drop of what it returns do), or kept
+    /// to put back if it is the other library's.
     Attach { record: Option<usize> },
+    /// `swap_in` of the other library's record kept by `Attach`, with its `below`: puts it
+    /// back, and frees the record of this crate it replaces.
+    PutBack,
+    /// `detach_ours_in`: a record of this crate is detached and freed; anything else
+    /// stays in the slot.
+    Detach,
+    /// The free `update`: `held_in`, then `write_update` on a record of this crate, or
+    /// nothing (refused) on anything else.
+    UpdateAttached {
+        version: u8,
+        attrs: &'static [(u8, &'static str)],
+    },
+    /// The other library attaches its record (signal fence, slot store, signal fence, as a
+    /// correct writer does), keeping what the slot held.
+    ForeignAttach,
+    /// The other library puts back what it found.
+    ForeignDetach,
     /// Broken: `write_update` without the fence after `valid = 0`.
     UpdateWithoutFirstFence {
         record: usize,
@@ -427,8 +509,11 @@ enum Step {
         key: u8,
         value: &'static str,
     },
-    /// Broken: `replace_in` without the fence after the slot store, then the free.
+    /// Broken: the slot swap without the fence after the slot store, then the free.
     AttachWithoutTrailingFence { record: Option<usize> },
+    /// Broken: the slot swap, then a free of whatever the slot held, as if every record
+    /// in it were this crate's.
+    AttachFreeingAnything { record: Option<usize> },
 }
 
 /// What the writer's steps mean: the records' contents and which one is attached.
@@ -436,14 +521,32 @@ enum Step {
 struct Intent {
     records: [Logical; RECORDS],
     attached: Option<usize>,
+    /// What the other library found in the slot, most recent last.
+    foreign_saved: Vec<Option<usize>>,
 }
 
 impl Intent {
     fn new() -> Self {
+        let mut records: [Logical; RECORDS] = core::array::from_fn(|_| Logical::empty());
+        records[FOREIGN] = Logical::foreign();
         Self {
-            records: core::array::from_fn(|_| Logical::empty()),
+            records,
             attached: None,
+            foreign_saved: Vec::new(),
         }
+    }
+
+    /// Frees the attached record if it is this crate's.
+    fn free_attached_if_ours(&mut self) {
+        if let Some(previous) = self.attached.filter(|&r| r != FOREIGN) {
+            // Freed: nothing of it is known any more.
+            self.records[previous] = Logical::empty();
+        }
+    }
+
+    /// What the production code must find in the slot: `held_in`'s answer, as indexes.
+    fn held(&self) -> Option<(usize, bool)> {
+        self.attached.map(|r| (r, r != FOREIGN))
     }
 
     /// What a reader should find: the attached record's content.
@@ -480,12 +583,40 @@ impl Intent {
                     .push((key, value.as_bytes().to_vec()));
             }
             Step::Truncate { record, keep } => self.records[record].attrs.truncate(keep),
-            Step::Attach { record } | Step::AttachWithoutTrailingFence { record } => {
-                if let Some(previous) = self.attached {
-                    // Freed: nothing of it is known any more.
-                    self.records[previous] = Logical::empty();
-                }
+            Step::Attach { record }
+            | Step::AttachWithoutTrailingFence { record }
+            | Step::AttachFreeingAnything { record } => {
+                self.free_attached_if_ours();
                 self.attached = record;
+            }
+            Step::PutBack => {
+                self.free_attached_if_ours();
+                self.attached = Some(FOREIGN);
+            }
+            Step::Detach => {
+                if self.attached != Some(FOREIGN) {
+                    self.free_attached_if_ours();
+                    self.attached = None;
+                }
+            }
+            Step::UpdateAttached { version, attrs } => {
+                if let Some(record) = self.attached.filter(|&r| r != FOREIGN) {
+                    self.apply(Step::Update {
+                        record,
+                        version,
+                        attrs,
+                    });
+                }
+            }
+            Step::ForeignAttach => {
+                self.foreign_saved.push(self.attached);
+                self.attached = Some(FOREIGN);
+            }
+            Step::ForeignDetach => {
+                self.attached = self
+                    .foreign_saved
+                    .pop()
+                    .expect("the other library attached");
             }
         }
     }
@@ -543,9 +674,66 @@ fn run(shared: &Shared, intent: &Intent, step: Step) {
             unsafe { write_truncate(record(index), keep) };
         }
         Step::Attach { record: next } => {
-            let next = next.map_or(0, address);
-            let previous = replace_in(slot, core::ptr::without_provenance_mut(next));
-            free(shared, previous.addr());
+            let next = core::ptr::without_provenance_mut(next.map_or(0, address));
+            let previous = swap_in(slot, next, next);
+            check_held(intent, previous);
+            match previous {
+                Held::Empty => {}
+                Held::Ours(record) => free(shared, record.as_ptr().addr()),
+                Held::Foreign { record, below } => {
+                    shared.write(|m| m.taken = Some((record.as_ptr().addr(), below.addr())));
+                }
+            }
+        }
+        Step::PutBack => {
+            let (record, below) = shared
+                .write(|m| m.taken.take())
+                .expect("a foreign record was taken out");
+            let previous = swap_in(
+                slot,
+                core::ptr::without_provenance_mut(record),
+                core::ptr::without_provenance_mut(below),
+            );
+            check_held(intent, previous);
+            if let Held::Ours(record) = previous {
+                free(shared, record.as_ptr().addr());
+            }
+        }
+        Step::Detach => {
+            check_held(intent, held_in(slot));
+            if let Some(record) = detach_ours_in(slot) {
+                free(shared, record.as_ptr().addr());
+            }
+        }
+        Step::UpdateAttached { version, attrs } => {
+            let held = held_in(slot);
+            check_held(intent, held);
+            if let Held::Ours(attached) = held {
+                let attrs = keys(attrs);
+                let size: usize = attrs.iter().map(|(_, v)| 2 + v.len()).sum();
+                // SAFETY: as above.
+                unsafe {
+                    write_update(
+                        record(index_of(attached.as_ptr().addr())),
+                        &[version; 16],
+                        &[version; 8],
+                        version,
+                        &attrs,
+                        size as u16,
+                    )
+                };
+            }
+        }
+        Step::ForeignAttach => {
+            let previous = slot.load();
+            shared.write(|m| m.foreign_saved.push(previous.addr()));
+            foreign_store(slot, address(FOREIGN));
+        }
+        Step::ForeignDetach => {
+            let saved = shared
+                .write(|m| m.foreign_saved.pop())
+                .expect("the other library attached");
+            foreign_store(slot, saved);
         }
         Step::UpdateWithoutFirstFence {
             record: index,
@@ -585,7 +773,43 @@ fn run(shared: &Shared, intent: &Intent, step: Step) {
             slot.store(core::ptr::without_provenance_mut(next));
             free(shared, previous.addr());
         }
+        Step::AttachFreeingAnything { record: next } => {
+            let next = core::ptr::without_provenance_mut(next.map_or(0, address));
+            let previous = match swap_in(slot, next, next) {
+                Held::Empty => 0,
+                Held::Ours(record) | Held::Foreign { record, .. } => record.as_ptr().addr(),
+            };
+            free(shared, previous);
+        }
     }
+}
+
+/// The other library's slot store: a signal fence, the store, a signal fence (what
+/// `tests/fixtures/foreign/foreign.c` does). The shadow is this crate's: untouched.
+fn foreign_store(slot: ModelSlot<'_>, record: usize) {
+    slot.step_fence();
+    slot.store(core::ptr::without_provenance_mut(record));
+    slot.step_fence();
+}
+
+/// The model record at `address`.
+fn index_of(address: usize) -> usize {
+    (address - HEAP_BASE) / STRIDE
+}
+
+/// Checks that `held_in` told the slot's record apart as the steps say it must: a record
+/// of this crate as its own, the other library's as foreign.
+fn check_held(intent: &Intent, held: Held) {
+    let found = match held {
+        Held::Empty => None,
+        Held::Ours(record) => Some((index_of(record.as_ptr().addr()), true)),
+        Held::Foreign { record, .. } => Some((index_of(record.as_ptr().addr()), false)),
+    };
+    assert_eq!(
+        found,
+        intent.held(),
+        "the slot's record told apart wrongly: (record, ours)"
+    );
 }
 
 /// Frees the record at `address` (if any): the allocator may write anything there.
@@ -594,7 +818,7 @@ fn free(shared: &Shared, address: usize) {
         return;
     }
     shared.interrupt_point();
-    shared.write(|m| m.free((address - HEAP_BASE) / STRIDE));
+    shared.write(|m| m.free(index_of(address)));
 }
 
 /// What the reader found.
@@ -788,6 +1012,24 @@ fn check(scenario: &'static Scenario, seen: &'static Mutex<Seen>) {
         }
         drop(stats);
         writer.join().expect("the writer thread");
+        // After the last step: the slot holds what the steps say, and the other library's
+        // record is as it wrote it.
+        let last = intents.last().expect("the state after the last step");
+        let mut foreign = [0u8; CAPACITY];
+        Logical::foreign().write_to(&mut foreign);
+        shared.read(|m| {
+            assert_eq!(
+                m.latest.slot,
+                last.attached.map_or(0, address),
+                "{}: the slot after the last step",
+                scenario.name
+            );
+            assert!(
+                m.latest.bytes[FOREIGN] == foreign && !m.latest.unknown[FOREIGN].contains(&true),
+                "{}: the foreign record changed",
+                scenario.name
+            );
+        });
         let total = shared.read(|m| m.points);
         seen.lock().unwrap_or_else(|e| e.into_inner()).total_points = total;
     });
@@ -858,6 +1100,58 @@ const SWAP_AND_DETACH: Scenario = Scenario {
     ],
 };
 
+const FOREIGN_IN_THE_SLOT: Scenario = Scenario {
+    name: "another library's record in the slot: refused, left alone, swapped out, put back",
+    setup: &[
+        Step::Update {
+            record: 0,
+            version: 1,
+            attrs: &[(0, "a")],
+        },
+        Step::ForeignAttach,
+    ],
+    steps: &[
+        Step::UpdateAttached {
+            version: 2,
+            attrs: &[(0, "b")],
+        },
+        Step::Detach,
+        Step::Attach { record: Some(0) },
+        Step::UpdateAttached {
+            version: 3,
+            attrs: &[(0, "c")],
+        },
+        Step::PutBack,
+    ],
+};
+
+const OURS_UNDER_FOREIGN: Scenario = Scenario {
+    name: "a record of this crate under another library's is recognised when it comes back",
+    setup: &[
+        Step::Update {
+            record: 0,
+            version: 1,
+            attrs: &[(0, "a")],
+        },
+        Step::Attach { record: Some(0) },
+        Step::ForeignAttach,
+    ],
+    steps: &[
+        Step::Update {
+            record: 1,
+            version: 2,
+            attrs: &[(0, "b")],
+        },
+        Step::Attach { record: Some(1) },
+        Step::PutBack,
+        Step::ForeignDetach,
+        Step::UpdateAttached {
+            version: 3,
+            attrs: &[(0, "c")],
+        },
+    ],
+};
+
 /// Checks a scenario of the crate's own steps and that the reader saw each kind of
 /// state.
 fn check_protocol(scenario: &'static Scenario) -> &'static Mutex<Seen> {
@@ -898,6 +1192,16 @@ fn loom_swap_free_and_detach() {
     let seen = check_protocol(&SWAP_AND_DETACH);
     let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
     assert!(seen.null > 0, "{}", seen.summary());
+}
+
+#[test]
+fn loom_foreign_record_in_the_slot() {
+    check_protocol(&FOREIGN_IN_THE_SLOT);
+}
+
+#[test]
+fn loom_record_under_a_foreign_one() {
+    check_protocol(&OURS_UNDER_FOREIGN);
 }
 
 /// Runs a scenario with a broken step; returns loom's failure message.
@@ -977,4 +1281,15 @@ fn loom_catches_a_free_before_the_slot_store_is_emitted() {
     };
     let message = failure_with(&BROKEN);
     assert!(message.contains("may be anything"), "{message}");
+}
+
+#[test]
+fn loom_catches_a_swap_that_frees_a_foreign_record() {
+    const BROKEN: Scenario = Scenario {
+        name: "broken: swap that frees whatever the slot held",
+        setup: FOREIGN_IN_THE_SLOT.setup,
+        steps: &[Step::AttachFreeingAnything { record: Some(0) }],
+    };
+    let message = failure_with(&BROKEN);
+    assert!(message.contains("freed the foreign record"), "{message}");
 }

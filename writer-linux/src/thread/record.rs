@@ -86,7 +86,9 @@ impl RecordPtr {
     /// Rebuilds the pointer from the address the slot held.
     ///
     /// # Safety
-    /// `record` must come from [`RecordPtr::as_record`] on a record not freed since.
+    /// `record` must come from [`RecordPtr::as_record`] on a record not freed since: a
+    /// record of this crate, never one another library attached to the slot (it has no
+    /// capacity prefix, and is not ours to write or free).
     pub(crate) unsafe fn from_record(record: NonNull<Record>) -> Self {
         Self(record.cast())
     }
