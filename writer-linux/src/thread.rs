@@ -50,7 +50,9 @@
 //!
 //! Writes are ordered with compiler fences only: a record is written by its own thread and
 //! read while that thread is stopped (signal-handler semantics), so the CPU's own order
-//! needs no barrier.
+//! needs no barrier. Every store a reader can see is atomic or volatile, and the steps are
+//! separated by `compiler_fence(SeqCst)`, the `atomic_signal_fence(seq_cst)` the
+//! specification asks for.
 
 #[cfg(not(all(
     target_os = "linux",

@@ -1,11 +1,13 @@
 //! The slot access compiles to the canonical TLSDESC sequence, with the relocations a
 //! linker needs to keep or relax it: checked in the object file of a sample crate, before
-//! any linking, for x86_64 and (cross-compiled) aarch64.
+//! any linking, for x86_64 and (cross-compiled) aarch64. And the writer's stores are
+//! ordered by the language's rules: checked in the LLVM IR of the writer crate.
 
 #[path = "fixtures/build_fixture.rs"]
 mod build_fixture;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use object::{Object, ObjectSection, ObjectSymbol, RelocationFlags, RelocationTarget};
 
@@ -135,5 +137,148 @@ fn aarch64_sequence_is_canonical() {
             (at + 12, object::elf::R_AARCH64_TLSDESC_CALL),
         ],
         "relocations at the access site: {relocations:?}"
+    );
+}
+
+/// The LLVM IR of the writer crate, optimised as in a release build, for `target`.
+fn writer_ir(target: &str) -> String {
+    let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("writer-ir");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo"));
+    let output = Command::new(cargo)
+        .args([
+            "rustc",
+            "-p",
+            "otel-ctx-writer",
+            "--lib",
+            "--release",
+            "--target",
+            target,
+        ])
+        .args(["--", "--emit=llvm-ir", "-C", "codegen-units=1"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cargo: {e}"));
+    assert!(
+        output.status.success(),
+        "cargo rustc --emit=llvm-ir failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let deps = target_dir.join(target).join("release").join("deps");
+    let newest: PathBuf = std::fs::read_dir(&deps)
+        .unwrap_or_else(|e| panic!("{}: {e}", deps.display()))
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("otel_ctx_writer-") && name.ends_with(".ll")
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| e.path())
+        .unwrap_or_else(|| panic!("no otel_ctx_writer-*.ll in {}", deps.display()));
+    std::fs::read_to_string(&newest).unwrap_or_else(|e| panic!("{}: {e}", newest.display()))
+}
+
+/// The body of the one function whose symbol contains every one of `parts`.
+fn ir_function<'a>(ir: &'a str, parts: &[&str]) -> Vec<&'a str> {
+    let mut found = Vec::new();
+    let mut lines = ir.lines();
+    while let Some(line) = lines.next() {
+        let Some(name) = line
+            .strip_prefix("define ")
+            .and_then(|l| l.split('@').nth(1))
+        else {
+            continue;
+        };
+        let name = name.split('(').next().unwrap_or_default();
+        if parts.iter().all(|part| name.contains(part)) {
+            found.push((
+                name,
+                lines.by_ref().take_while(|l| *l != "}").collect::<Vec<_>>(),
+            ));
+        }
+    }
+    match found.len() {
+        1 => found.pop().map(|(_, body)| body).unwrap_or_default(),
+        n => panic!(
+            "{n} functions match {parts:?}: {:?}",
+            found.iter().map(|(name, _)| name).collect::<Vec<_>>()
+        ),
+    }
+}
+
+/// A reader of thread context runs while the thread is stopped, like a signal handler:
+/// what orders the writer's stores for it is `compiler_fence(SeqCst)` (C++'s
+/// `atomic_signal_fence(seq_cst)`), with the stores it orders atomic or volatile. A
+/// release fence would not do: it orders nothing before a later store that is neither.
+#[test]
+fn writer_stores_are_ordered_by_seqcst_signal_fences() {
+    let ir = writer_ir("x86_64-unknown-linux-gnu");
+    let signal_fences: Vec<&str> = ir
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("fence syncscope(\"singlethread\")"))
+        .collect();
+    assert!(!signal_fences.is_empty(), "no compiler fence in the writer");
+    for fence in &signal_fences {
+        assert!(
+            fence.starts_with("fence syncscope(\"singlethread\") seq_cst"),
+            "a compiler fence that is not SeqCst: {fence}"
+        );
+    }
+
+    // The in-place update: `valid = 0`, fence, the fields, fence, `valid = 1`. Every store
+    // between the two fences writes the record the reader may be reading.
+    let update = ir_function(&ir, &["ThreadContext", "6update"]);
+    let fences: Vec<usize> = update
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.trim().starts_with("fence "))
+        .map(|(i, _)| i)
+        .collect();
+    let (Some(&first), Some(&last)) = (fences.first(), fences.last()) else {
+        panic!("no fence in ThreadContext::update:\n{}", update.join("\n"));
+    };
+    assert!(first < last, "one fence only in ThreadContext::update");
+    // Stack temporaries are not the record: a volatile store of a byte array goes through
+    // one.
+    let allocas: Vec<&str> = update
+        .iter()
+        .filter_map(|l| l.trim().split_once(" = alloca "))
+        .map(|(name, _)| name)
+        .collect();
+    let mut stores = 0;
+    for line in &update[first..last] {
+        let line = line.trim();
+        // The destination: a store's second operand, a memcpy's or memset's first.
+        let destination = if line.starts_with("store ") {
+            line.split(", ptr ")
+                .nth(1)
+                .and_then(|rest| rest.split([',', ' ']).next())
+        } else {
+            line.split_once('(')
+                .and_then(|(_, args)| args.split(',').next())
+                .and_then(|arg| arg.split(' ').next_back())
+        };
+        let to_stack = destination.is_some_and(|pointer| allocas.contains(&pointer));
+        let store = line.starts_with("store ") && !to_stack;
+        let copy = (line.contains("@llvm.memcpy") || line.contains("@llvm.memset")) && !to_stack;
+        if store {
+            stores += 1;
+            assert!(
+                line.starts_with("store volatile ") || line.starts_with("store atomic "),
+                "a plain store between the fences of the in-place update: {line}"
+            );
+        }
+        assert!(
+            !copy || line.contains("i1 true)"),
+            "a non-volatile memcpy between the fences of the in-place update: {line}"
+        );
+    }
+    assert!(
+        stores > 0,
+        "no store between the fences of ThreadContext::update"
     );
 }

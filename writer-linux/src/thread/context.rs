@@ -379,7 +379,9 @@ fn attached() -> Result<RecordPtr, ContextError> {
 ///
 /// Like every in-place change below, it refuses another library's record in the slot
 /// ([`ContextError::ForeignRecordAttached`]) and leaves it untouched.
-#[inline]
+// Always inlined: the caller's attribute list is then written straight from where the
+// caller built it, and the result needs no memory.
+#[inline(always)]
 pub fn update(
     trace_id: [u8; 16],
     span_id: [u8; 8],

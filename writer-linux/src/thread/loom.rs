@@ -15,11 +15,11 @@
 //! Either way the reader sees exactly the stores the thread's *machine code* executed
 //! before the stop: a stop is a full synchronisation with the CPU (an interrupt on the
 //! same CPU, or the context switch of a ptrace stop), so CPU reordering plays no part.
-//! What remains is the compiler: it may emit the stores of a step in any order, split a
-//! plain store into smaller ones, or merge it with another. The writer's
-//! `compiler_fence(Release)` calls are the only thing that orders its stores, and they
-//! are full compiler barriers: every store before one is emitted before every store
-//! after it.
+//! What remains is the compiler: between two fences it may emit the stores of a step in
+//! any order, and split or merge those it is free to. The writer's
+//! `compiler_fence(SeqCst)` calls (signal fences) are the only thing that orders its
+//! stores, which are all atomic or volatile so that the fences order them by the
+//! language's rules: every store before a fence is emitted before every store after it.
 //!
 //! # How the model reproduces that
 //!
@@ -37,10 +37,11 @@
 //! - **Compiler freedom.** The model memory keeps two images: `latest`, every store in
 //!   program order, and `committed`, the state at the last compiler fence. A reader that
 //!   stops the thread sees `committed`, plus, for the stores issued since the last fence
-//!   (which the compiler may not have emitted yet, or only in part): every byte written
-//!   by a plain store is *unknown* (old, new or torn), and every atomic store (`valid`,
-//!   `attrs_data_size`, the slot: never torn) may or may not have happened; the reader
-//!   is checked against every combination of those.
+//!   (which the compiler may not have emitted yet, or only in part): every byte of the
+//!   ids and the attribute entries is *unknown* (old, new or torn: more than their atomic
+//!   and volatile stores allow, so the check is if anything stricter), and every atomic
+//!   store of `valid`, `attrs_data_size` and the slot (never torn) may or may not have
+//!   happened; the reader is checked against every combination of those.
 //! - **The stop.** The writer and the reader are two loom threads. Before each store and
 //!   each fence the writer passes an interrupt point; the reader asks for a stop at a
 //!   moment loom chooses, the writer parks at its next interrupt point (a release store:
@@ -111,7 +112,8 @@ struct Image {
 /// A store issued since the last compiler fence.
 #[derive(Clone, Copy, Debug)]
 enum Pending {
-    /// Plain stores to `len` bytes at `offset` (or a free): unknown until the fence.
+    /// Stores of the ids or an entry to `len` bytes at `offset`, modelled as plain stores
+    /// (atomic and volatile in the writer), or a free: unknown until the fence.
     Plain {
         record: usize,
         offset: usize,

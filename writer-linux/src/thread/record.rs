@@ -8,12 +8,24 @@
 //! an owned context again.
 //!
 //! Every write goes through raw pointers, never through a `&mut` to the bytes: a signal
-//! handler on this thread may read the record between any two instructions. `valid` and
-//! `attrs_data_size` are written with atomic stores (so `attrs_data_size` is one 16-bit
-//! store, never two bytes); the other fields are written only where the protocol makes
-//! them invisible (inside `valid = 0`, or past `attrs_data_size`), and compiler fences
-//! keep the stores in protocol order. A record is only ever written by one thread at a
-//! time, and readers only run while that thread is stopped, so no CPU barrier is needed.
+//! handler on this thread may read the record between any two instructions. A reader
+//! runs while the thread is stopped, so what it sees is the stores the compiler emitted
+//! before the stop, in the order it emitted them: the writer protocol is a matter of
+//! signal-fence semantics (C++'s `atomic_signal_fence`, Rust's `compiler_fence`), with
+//! no CPU barrier. By the language's rules a fence orders only atomic (and, for the
+//! compiler, volatile) accesses, and a release fence orders nothing before a *later*
+//! store. So every store a reader can see is atomic or volatile, and every step is
+//! separated by `compiler_fence(SeqCst)`:
+//!
+//! - `valid` and `attrs_data_size`: atomic stores (`attrs_data_size` is one 16-bit store,
+//!   never two bytes);
+//! - trace id, span id and trace flags: atomic stores (the record is 64-aligned, so the
+//!   ids are two, then one, aligned 8-byte words);
+//! - attribute entries, at any offset: volatile stores.
+//!
+//! The ids and entries are written only where the protocol makes them invisible (inside
+//! `valid = 0`, or past `attrs_data_size`). A record is only ever written by one thread at
+//! a time.
 //!
 //! The protocol's steps ([`write_update`], [`write_append`], [`write_truncate`]) write
 //! through [`RecordWrites`]: [`RecordPtr`] writes the heap record, and the loom model
@@ -22,7 +34,7 @@
 
 use core::alloc::Layout;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{compiler_fence, AtomicU16, AtomicU8, Ordering};
+use core::sync::atomic::{compiler_fence, AtomicU16, AtomicU64, AtomicU8, Ordering};
 
 use otel_ctx_codec::attrs::{ENTRY_OVERHEAD, MAX_VALUE_LEN};
 use otel_ctx_codec::record::{
@@ -44,6 +56,8 @@ const _: () = {
     assert!(PREFIX.is_multiple_of(BLOCK_ALIGN));
     assert!(ATTRS_DATA_SIZE_OFFSET.is_multiple_of(2));
     assert!(MAX_RECORD_SIZE <= u16::MAX as usize);
+    // The ids are written as aligned 8-byte words of a 64-aligned record.
+    assert!(TRACE_ID_OFFSET.is_multiple_of(8) && SPAN_ID_OFFSET.is_multiple_of(8));
 };
 
 /// Layout of the heap block of a record of `capacity` bytes.
@@ -157,7 +171,7 @@ impl RecordPtr {
     ///
     /// # Safety
     /// The record must be live and written by no other thread.
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn update(
         self,
         trace_id: &[u8; 16],
@@ -311,9 +325,9 @@ fn checked_attrs_len(attrs: &[(Key, &str)], capacity: usize) -> Result<usize, Co
 }
 
 /// The stores of the writer protocol on one record: the atomic `valid` and
-/// `attrs_data_size`, the plain stores of the other fields, and the compiler fences
-/// between the steps. [`RecordPtr`] implements it on the heap record; the loom model, on
-/// a model record that sees every store and fence.
+/// `attrs_data_size`, the atomic ids and volatile entries, and the compiler fences between
+/// the steps. [`RecordPtr`] implements it on the heap record; the loom model, on a model
+/// record that sees every store and fence.
 pub(crate) trait RecordWrites: Copy {
     /// Stores `valid` with one atomic byte store.
     fn store_valid(self, valid: u8);
@@ -321,12 +335,14 @@ pub(crate) trait RecordWrites: Copy {
     fn load_attrs_data_size(self) -> u16;
     /// Stores `attrs_data_size` with one atomic 16-bit store, never two bytes.
     fn store_attrs_data_size(self, attrs_data_size: u16);
-    /// Writes `trace_id`, `span_id` and `trace_flags` with plain stores.
+    /// Writes `trace_id`, `span_id` and `trace_flags` with atomic stores (of any width:
+    /// the protocol puts them inside `valid = 0`).
     ///
     /// # Safety
     /// The record must be live and written by no other thread.
     unsafe fn write_ids(self, trace_id: &[u8; 16], span_id: &[u8; 8], trace_flags: u8);
-    /// Writes the entry `key, len, value` at attrs-data offset `at` with plain stores.
+    /// Writes the entry `key, len, value` at attrs-data offset `at` with volatile stores (of
+    /// any width: the protocol puts them inside `valid = 0` or past `attrs_data_size`).
     ///
     /// # Safety
     /// The record must be live and written by no other thread; the entry must fit in it
@@ -337,9 +353,9 @@ pub(crate) trait RecordWrites: Copy {
     /// # Safety
     /// `at` must be below the current `attrs_data_size`.
     unsafe fn attrs_byte(self, at: usize) -> u8;
-    /// `compiler_fence(Release)`: the stores before it are emitted before the stores
-    /// after it, so a reader that stops the thread between two instructions never sees a
-    /// later step without the earlier ones.
+    /// `compiler_fence(SeqCst)`: the stores before it (atomic or volatile) are emitted
+    /// before the stores after it, so a reader that stops the thread between two
+    /// instructions never sees a later step without the earlier ones.
     fn step_fence(self);
 }
 
@@ -363,11 +379,21 @@ impl RecordWrites for RecordPtr {
     #[inline(always)]
     unsafe fn write_ids(self, trace_id: &[u8; 16], span_id: &[u8; 8], trace_flags: u8) {
         let record = self.0.as_ptr();
-        // SAFETY: bytes 0..24 and 25 of a live record this thread alone writes.
+        let [trace_low, trace_high] = [0, 8].map(|at| {
+            let mut word = [0; 8];
+            word.copy_from_slice(&trace_id[at..at + 8]);
+            u64::from_ne_bytes(word)
+        });
+        // SAFETY: bytes 0..24 and 25 of a live record this thread alone writes, accessed
+        // only atomically while it can be read: the ids as 8-byte words, aligned because
+        // the record is 64-aligned and their offsets are multiples of 8 (asserted above).
         unsafe {
-            ptr::copy_nonoverlapping(trace_id.as_ptr(), record.add(TRACE_ID_OFFSET), 16);
-            ptr::copy_nonoverlapping(span_id.as_ptr(), record.add(SPAN_ID_OFFSET), 8);
-            record.add(TRACE_FLAGS_OFFSET).write(trace_flags);
+            let words = |at: usize| AtomicU64::from_ptr(record.add(at).cast());
+            words(TRACE_ID_OFFSET).store(trace_low, Ordering::Relaxed);
+            words(TRACE_ID_OFFSET + 8).store(trace_high, Ordering::Relaxed);
+            words(SPAN_ID_OFFSET).store(u64::from_ne_bytes(*span_id), Ordering::Relaxed);
+            AtomicU8::from_ptr(record.add(TRACE_FLAGS_OFFSET))
+                .store(trace_flags, Ordering::Relaxed);
         }
     }
 
@@ -376,8 +402,8 @@ impl RecordWrites for RecordPtr {
         // SAFETY: the caller guarantees the entry fits in the record.
         unsafe {
             let dst = self.0.as_ptr().add(ATTRS_DATA_OFFSET + at);
-            dst.write(key);
-            dst.add(1).write(value.len() as u8);
+            ptr::write_volatile(dst, key);
+            ptr::write_volatile(dst.add(1), value.len() as u8);
             copy_value(value.as_ptr(), dst.add(ENTRY_OVERHEAD), value.len());
         }
     }
@@ -390,7 +416,9 @@ impl RecordWrites for RecordPtr {
 
     #[inline(always)]
     fn step_fence(self) {
-        compiler_fence(Ordering::Release);
+        // Signal-fence semantics (the reader runs while this thread is stopped); SeqCst
+        // because a release fence would not order the stores that follow it.
+        compiler_fence(Ordering::SeqCst);
     }
 }
 
@@ -476,44 +504,49 @@ pub(crate) unsafe fn write_truncate<W: RecordWrites>(record: W, keep: usize) -> 
     kept
 }
 
-/// Copies `len` bytes from `src` to `dst` without calling `memcpy`: attribute values are
-/// short, and a call costs more than the copy. Lengths from 1 to 16 take two overlapping
-/// loads and stores of the largest width that fits; longer values go 16 bytes at a time,
-/// the last chunk overlapping the one before.
+/// Copies `len` bytes from `src` to `dst` with volatile stores, without calling `memcpy`:
+/// attribute values are short, and a call costs more than the copy. Lengths from 1 to 16
+/// take two overlapping loads and stores of the largest width that fits; longer values go
+/// 16 bytes at a time, the last chunk overlapping the one before. The stores are of byte
+/// arrays (alignment 1): `dst` has no alignment.
 ///
 /// # Safety
 /// `src` must be readable and `dst` writable for `len` bytes; the ranges must not overlap.
 #[inline(always)]
 unsafe fn copy_value(src: *const u8, dst: *mut u8, len: usize) {
+    /// One volatile store of the `N` bytes at `src + at` to `dst + at`.
+    ///
+    /// # Safety
+    /// `src + at` must be readable and `dst + at` writable for `N` bytes.
+    #[inline(always)]
+    unsafe fn chunk<const N: usize>(src: *const u8, dst: *mut u8, at: usize) {
+        // SAFETY: guaranteed by the caller; `[u8; N]` has alignment 1.
+        unsafe {
+            let bytes = src.add(at).cast::<[u8; N]>().read();
+            dst.add(at).cast::<[u8; N]>().write_volatile(bytes);
+        }
+    }
     // SAFETY: every access below is inside `src[..len]` or `dst[..len]`: the second access
     // of each pair starts at `len - width` with `len >= width`.
     unsafe {
         if len >= 16 {
             let mut at = 0;
             while at + 16 < len {
-                let chunk = src.add(at).cast::<u128>().read_unaligned();
-                dst.add(at).cast::<u128>().write_unaligned(chunk);
+                chunk::<16>(src, dst, at);
                 at += 16;
             }
-            let last = src.add(len - 16).cast::<u128>().read_unaligned();
-            dst.add(len - 16).cast::<u128>().write_unaligned(last);
+            chunk::<16>(src, dst, len - 16);
         } else if len >= 8 {
-            let head = src.cast::<u64>().read_unaligned();
-            let tail = src.add(len - 8).cast::<u64>().read_unaligned();
-            dst.cast::<u64>().write_unaligned(head);
-            dst.add(len - 8).cast::<u64>().write_unaligned(tail);
+            chunk::<8>(src, dst, 0);
+            chunk::<8>(src, dst, len - 8);
         } else if len >= 4 {
-            let head = src.cast::<u32>().read_unaligned();
-            let tail = src.add(len - 4).cast::<u32>().read_unaligned();
-            dst.cast::<u32>().write_unaligned(head);
-            dst.add(len - 4).cast::<u32>().write_unaligned(tail);
+            chunk::<4>(src, dst, 0);
+            chunk::<4>(src, dst, len - 4);
         } else if len >= 2 {
-            let head = src.cast::<u16>().read_unaligned();
-            let tail = src.add(len - 2).cast::<u16>().read_unaligned();
-            dst.cast::<u16>().write_unaligned(head);
-            dst.add(len - 2).cast::<u16>().write_unaligned(tail);
+            chunk::<2>(src, dst, 0);
+            chunk::<2>(src, dst, len - 2);
         } else if len == 1 {
-            dst.write(src.read());
+            ptr::write_volatile(dst, src.read());
         }
     }
 }

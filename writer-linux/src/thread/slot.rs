@@ -154,7 +154,7 @@ pub(crate) trait SlotWrites: Copy {
     fn load_shadow(self) -> *mut Record;
     /// Sets the shadow. Readers never see it, so it needs no ordering.
     fn store_shadow(self, record: *mut Record);
-    /// `compiler_fence(Release)`: the stores before it are emitted before the stores
+    /// `compiler_fence(SeqCst)`: every store before it is emitted before every store
     /// after it.
     fn step_fence(self);
 }
@@ -186,7 +186,10 @@ impl SlotWrites for ThisThread {
 
     #[inline(always)]
     fn step_fence(self) {
-        compiler_fence(Ordering::Release);
+        // The reader runs while this thread is stopped, like a signal handler: a signal
+        // fence (`atomic_signal_fence(seq_cst)`), SeqCst so that it orders the atomic slot
+        // store against the record's atomic and volatile stores on both sides of it.
+        compiler_fence(Ordering::SeqCst);
     }
 }
 
