@@ -36,6 +36,17 @@
 //! The binary (or shared library) must export `otel_thread_ctx_v1` in `.dynsym` for
 //! readers to find it: see the `otel-ctx-export` package and `EXPORTING.md`.
 //!
+//! # How a context is removed
+//!
+//! OTEP 4947 lets a writer remove a context either by setting the slot to NULL or by
+//! setting `valid = 0` in a record the slot keeps pointing at, and asks it to use one of
+//! the two, not both. This crate sets and unsets the pointer: attach points the slot at a
+//! complete, valid record; detach (and swap, and the drop of a guard, and thread exit)
+//! sets it to NULL or to another complete record. `valid` is `0` only inside an in-place
+//! update of the attached record (`valid = 0`, write, `valid = 1`), never as a way to
+//! remove a context: every record the slot points at between two calls of this crate,
+//! and every record it hands back, is valid.
+//!
 //! # Other libraries' records
 //!
 //! `otel_thread_ctx_v1` is process-wide by design: a C library or another SDK in the same

@@ -406,3 +406,45 @@ fn records_that_break_a_must_are_refused() {
     assert_eq!(ids_of(&read_through_slot().unwrap()), ([0; 16], [0; 8], 0));
     drop(thread::detach());
 }
+
+/// One way to remove a context (OTEP 4947 asks writers to pick one): the slot is set to
+/// NULL. `valid` is cleared only while an in-place update is in progress, so every record
+/// the slot points at after a call returns is valid, and so is every record a removal
+/// hands back, ready to be attached again as it is.
+#[test]
+fn a_context_is_removed_by_unsetting_the_pointer_only() {
+    let valid_in_slot = || {
+        let bytes = read_through_slot().expect("a record is attached");
+        assert_eq!(bytes[24], 1, "the attached record is valid");
+    };
+    let context = ThreadContext::compact([1; 16], [1; 8], 1, &[(ROUTE, "a")]).unwrap();
+    let address = context.as_ptr();
+    context.attach();
+    valid_in_slot();
+    thread::update([2; 16], [2; 8], 1, &[(ROUTE, "b")]).unwrap();
+    valid_in_slot();
+    thread::update([0; 16], [3; 8], 1, &[]).unwrap_err();
+    valid_in_slot();
+    thread::append(METHOD, &"x".repeat(100)).unwrap_err();
+    thread::append(METHOD, "GET").unwrap();
+    valid_in_slot();
+    thread::truncate_attrs(0).unwrap();
+    valid_in_slot();
+
+    // detach: NULL in the slot, the record handed back valid.
+    let context = thread::detach().expect("attached");
+    assert!(read_through_slot().is_none());
+    assert_eq!(context.as_ptr(), address);
+    assert_eq!(context.as_bytes()[24], 1, "a detached record stays valid");
+
+    // swap to none, and a scoped guard: the same.
+    context.attach();
+    let context = thread::swap(None)
+        .and_then(thread::Attached::into_context)
+        .expect("attached");
+    assert!(read_through_slot().is_none());
+    assert_eq!(context.as_bytes()[24], 1);
+    let context = context.attach_scoped().detach().expect("attached");
+    assert!(read_through_slot().is_none());
+    assert_eq!(context.as_bytes()[24], 1);
+}
