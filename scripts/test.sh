@@ -15,8 +15,31 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p otel-ctx-writer --no-default-features -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 
+step "dependency rules (ARCHITECTURE.md)"
+# The reader is a library a profiler embeds: no command line, no JSON, no writer.
+reader_tree=$(cargo tree -q -p otel-ctx-reader -e normal --prefix none)
+for banned in clap serde otel-ctx-writer; do
+  if grep -q "^$banned v" <<<"$reader_tree"; then
+    echo "otel-ctx-reader depends on $banned" >&2
+    exit 1
+  fi
+done
+# The codec without features: zerocopy, micropb, heapless and their own dependencies.
+codec_direct=$(cargo tree -q -p otel-ctx-codec -e normal --no-default-features --depth 1 --prefix none | tail -n +2 | awk '{print $1}' | sort -u | tr '\n' ' ')
+if [ "$codec_direct" != "heapless micropb zerocopy " ]; then
+  echo "otel-ctx-codec depends on: $codec_direct" >&2
+  exit 1
+fi
+# Every unsafe block of the reader is in its system-call module.
+if grep -rlE "unsafe *(\{|fn |impl )" reader-linux/src | grep -v "reader-linux/src/sys.rs"; then
+  echo "unsafe outside reader-linux/src/sys.rs" >&2
+  exit 1
+fi
+echo "dependency rules hold"
+
 step "no_std codec and cross builds"
 cargo build -q -p otel-ctx-codec --target x86_64-unknown-none
+cargo build -q -p otel-ctx-codec --features alloc --target x86_64-unknown-none
 cargo build -q -p otel-ctx-codec --target aarch64-unknown-linux-gnu
 cargo build -q -p otel-ctx-writer --no-default-features --target x86_64-unknown-linux-musl
 

@@ -126,6 +126,16 @@ fn main() {
         allocations as f64 / SAMPLES as f64
     );
     assert_eq!(allocations, 0, "sample_into allocated");
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..SAMPLES {
+        let context = reader.read_thread(tid).expect("sample");
+        assert_eq!(context.map_or(0, |c| c.attributes.len()), 3);
+    }
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    println!(
+        "read_thread: {allocations} allocations in {SAMPLES} samples ({} per sample)",
+        allocations as f64 / SAMPLES as f64
+    );
 
     let mut c = Criterion::default().configure_from_args();
     let mut group = c.benchmark_group("sample_thread");

@@ -115,7 +115,8 @@ fn writer(keys: Keys, i: u64, operations: &AtomicU64) -> ! {
                 fill(&mut spare, keys, i, n, true);
                 spare = spare
                     .attach()
-                    .unwrap_or_else(|| fail("swap", "no record was attached"));
+                    .and_then(thread::Attached::into_context)
+                    .unwrap_or_else(|| fail("swap", "no record of ours was attached"));
                 attached_n = n;
             }
             6 => {
