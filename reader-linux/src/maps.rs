@@ -307,12 +307,23 @@ impl MapsScanner {
 }
 
 fn collect_candidate(found: &mut Vec<ContextMapping>, line: &[u8]) -> ControlFlow<()> {
-    if may_name_context(line) {
-        if let Some(mapping) = MapsLine::parse(line).and_then(|l| l.context_mapping()) {
-            found.push(mapping);
-            if found.len() == MAX_CANDIDATES {
-                return ControlFlow::Break(());
+    if !may_name_context(line) {
+        return ControlFlow::Continue(());
+    }
+    let Some(mapping) = MapsLine::parse(line).and_then(|l| l.context_mapping()) else {
+        return ControlFlow::Continue(());
+    };
+    if found.len() < MAX_CANDIDATES {
+        found.push(mapping);
+    } else if mapping.name.exact {
+        // Full: an exact name (what every reader finds) takes the place of the last name
+        // that only starts with one, so a crowd of those cannot hide the context.
+        match found.iter().rposition(|m| !m.name.exact) {
+            Some(at) => {
+                found.remove(at);
+                found.push(mapping);
             }
+            None => return ControlFlow::Break(()),
         }
     }
     ControlFlow::Continue(())
@@ -431,6 +442,26 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         ] {
             assert_eq!(MappingName::parse(bad.as_bytes()), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn names_that_only_start_with_ours_cannot_hide_an_exact_one() {
+        let mut maps = String::new();
+        for i in 0..3 * MAX_CANDIDATES {
+            maps.push_str(&format!(
+                "7f41{i:08x}-7f41{:08x} rw-p 00000000 00:01 7 /memfd:OTEL_CTX_v{i} (deleted)\n",
+                i + 1
+            ));
+        }
+        maps.push_str(
+            "7fff00000000-7fff00001000 rw-p 00000000 00:01 8 /memfd:OTEL_CTX (deleted)\n",
+        );
+        let found = MapsScanner::new()
+            .find_context_mappings(maps.as_bytes())
+            .unwrap();
+        assert_eq!(found.len(), MAX_CANDIDATES);
+        assert_eq!(found.iter().filter(|m| m.name.exact).count(), 1);
+        assert_eq!(found.last().map(|m| m.start), Some(0x7fff_0000_0000));
     }
 
     #[test]

@@ -202,6 +202,15 @@ impl ThreadReader {
                 .as_deref()
                 .is_some_and(|s| KNOWN_SCHEMAS.contains(&s));
             if !known {
+                // Without a schema, say why: a process context that cannot be read at all
+                // (permission denied, malformed) is not one that announces nothing.
+                if reader.schema_version.is_none() {
+                    if let Err(e) = ProcessContextReader::open(pid).and_then(|mut r| r.read()) {
+                        if !matches!(e, Error::NoContext { .. }) {
+                            return Err(ThreadError::Process(e));
+                        }
+                    }
+                }
                 return Err(ThreadError::Schema {
                     pid,
                     seen: reader.schema_version,

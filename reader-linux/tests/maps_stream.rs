@@ -67,7 +67,7 @@ fn two_million_lines_one_pass_no_large_allocation() {
                 0 => "",
                 1 => "/usr/lib/x86_64-linux-gnu/libc.so.6",
                 2 => "[anon:OTEL_CTX2]",
-                3 => "/memfd:OTEL_CTX_BACKUP (deleted)",
+                3 => "/memfd:backup-OTEL_CTX (deleted)",
                 _ => "[heap]",
             };
             writeln!(

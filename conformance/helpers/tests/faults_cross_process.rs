@@ -432,7 +432,7 @@ fn threads_exiting_while_they_are_read() {
 fn another_tracer_is_denied_and_not_disturbed() {
     let target = Target::start(&["--threads", "2"]);
     let pid = target.pid();
-    let (_, traced) = target.writers[0];
+    let (traced_index, traced) = target.writers[0];
     let (free_index, free) = target.writers[1];
     let mut tracer = Process::spawn(Command::new(TRACER).args(["seize", &traced.to_string()]));
     assert_eq!(tracer.line(), "traced");
@@ -474,7 +474,7 @@ fn another_tracer_is_denied_and_not_disturbed() {
         tracer_pid(pid, traced) == Some(0)
     });
     let context = read_record(&mut reader, traced);
-    record_counter(0, &context);
+    record_counter(traced_index, &context);
     assert_no_thread_stopped(pid);
 }
 
