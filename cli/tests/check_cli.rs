@@ -155,6 +155,20 @@ fn our_writer_passes() {
 }
 
 #[test]
+fn a_writer_that_attaches_without_attributes_passes() {
+    // writer-linux/examples/attach_only.rs registers no key: the process context must
+    // announce the thread contexts all the same (OTEP 4947 publication step 1).
+    let exe = support::example("otel-ctx-writer", "attach_only");
+    let exe = exe.to_str().expect("utf-8 path");
+    let out = run(&["check", "--json", "--observe", "500ms", "--", exe]);
+    let doc = json(&out);
+    assert_eq!(failing(&doc), Vec::<String>::new());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_status(&doc, "tl.reference_data.schema", "pass");
+    assert_status(&doc, "tc.record.valid", "pass");
+}
+
+#[test]
 fn libdatadog_writers_pass() {
     let exe = libdd_writer().to_str().expect("utf-8 path").to_owned();
     let out = run(&["check", "--json", "--observe", "500ms", "--", &exe]);

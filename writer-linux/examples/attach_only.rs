@@ -11,14 +11,9 @@
 //! Prints `READY <pid>` once the three contexts are attached, then runs until its standard
 //! input closes.
 //!
-//! Readers find the slot through `.dynsym`, and this package has no build script to export
-//! `otel_thread_ctx_v1` there (see `EXPORTING.md`): `otel-ctx check` reports
-//! `tc.symbol.dynsym` for this build, and passes for one linked with the symbol exported:
-//!
-//! ```text
-//! cargo rustc -p otel-ctx-writer --example attach_only -- \
-//!     -C link-arg=-Wl,--export-dynamic-symbol=otel_thread_ctx_v1
-//! ```
+//! Readers find the slot through `.dynsym`: this package's `build.rs` exports
+//! `otel_thread_ctx_v1` from its examples (a service does the same with `otel-ctx-export`,
+//! see `EXPORTING.md`), and `otel-ctx check` passes the example.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
