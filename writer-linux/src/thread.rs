@@ -79,6 +79,8 @@ compile_error!(
 mod cleanup;
 mod context;
 mod error;
+#[cfg(feature = "std")]
+mod future;
 mod key;
 #[cfg(all(test, loom))]
 mod loom;
@@ -92,6 +94,8 @@ pub use context::{
     update, AttachGuard, Attached, ForeignRecord, ThreadContext,
 };
 pub use error::ContextError;
+#[cfg(feature = "std")]
+pub use future::{ThreadContextExt, WithThreadContext};
 pub use key::Key;
 #[cfg(feature = "std")]
 pub use registry::{register, register_all, registered_keys, RegistryError};
