@@ -1,0 +1,302 @@
+//! C and Python programs using the library, read from outside by `otel-ctx show` and
+//! judged by `otel-ctx check` (run as root: thread contexts are read through ptrace).
+//!
+//! - `c/process_reference.c`, written only against the reference-compatible
+//!   `otel_process_ctx.h`, linked with the shared and with the static library;
+//! - `c/threads.c`, three threads attaching contexts through `otel_ctx.h`, both ways;
+//! - `python/threads.py`, the same through `ctypes`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// What cargo built: the shared library, the static library, and `otel-ctx`.
+struct Built {
+    shared: PathBuf,
+    archive: PathBuf,
+    otel_ctx: PathBuf,
+}
+
+/// Builds this package's libraries and the `otel-ctx` tool once, through cargo.
+fn built() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = Command::new(env!("CARGO"))
+            .args(["build", "-p", "otel-ctx-ffi", "-p", "otel-ctx"])
+            .args(["--quiet", "--message-format=json"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cannot run cargo");
+        assert!(out.status.success(), "cargo build failed");
+        let mut files = Vec::new();
+        let mut otel_ctx = None;
+        for msg in String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        {
+            if msg["target"]["name"] == "otel-ctx" {
+                if let Some(exe) = msg["executable"].as_str() {
+                    otel_ctx = Some(PathBuf::from(exe));
+                }
+            }
+            if msg["target"]["name"] == "otel_ctx_ffi" {
+                for file in msg["filenames"].as_array().into_iter().flatten() {
+                    files.push(PathBuf::from(file.as_str().expect("a path")));
+                }
+            }
+        }
+        let find = |ext: &str| {
+            files
+                .iter()
+                .find(|f| f.extension().is_some_and(|e| e == ext))
+                .unwrap_or_else(|| panic!("cargo built no libotel_ctx_ffi.{ext}: {files:?}"))
+                .clone()
+        };
+        Built {
+            shared: find("so"),
+            archive: find("a"),
+            otel_ctx: otel_ctx.expect("cargo named no otel-ctx executable"),
+        }
+    })
+}
+
+/// How a C program is linked.
+#[derive(Clone, Copy, Debug)]
+enum Link {
+    Shared,
+    Static,
+}
+
+/// Compiles `tests/c/<source>.c` with gcc against the library, linked as `link`.
+fn compile(source: &str, link: Link) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{source}-{link:?}"));
+    let mut gcc = Command::new("gcc");
+    gcc.args(["-std=c11", "-Wall", "-Werror", "-O1", "-pthread", "-I"])
+        .arg(root.join("include"))
+        .arg("-o")
+        .arg(&out)
+        .arg(root.join("tests/c").join(format!("{source}.c")));
+    match link {
+        Link::Shared => {
+            let dir = built().shared.parent().expect("a directory");
+            gcc.arg(&built().shared)
+                .arg(format!("-Wl,-rpath,{}", dir.display()));
+        }
+        // The static library brings the symbol; the executable must put it in .dynsym.
+        Link::Static => {
+            gcc.arg(&built().archive).args([
+                "-Wl,--export-dynamic-symbol=otel_thread_ctx_v1",
+                "-lgcc_s",
+                "-lutil",
+                "-lrt",
+                "-lpthread",
+                "-lm",
+                "-ldl",
+            ]);
+        }
+    }
+    let status = gcc
+        .status()
+        .unwrap_or_else(|e| panic!("run gcc: {e} (install gcc)"));
+    assert!(status.success(), "gcc {source}.c ({link:?}) failed");
+    out
+}
+
+/// A started program: it prints `ready <pid>` (after `child <pid>` for a forked one) and
+/// waits for its stdin to close.
+struct Program {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Program {
+    fn start(command: &mut Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the program");
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        Self { child, stdout }
+    }
+
+    /// The pids of the next `words.len()` lines `<word> <pid>`, in the order of `words`
+    /// (a parent and its forked child print in either order).
+    fn pids(&mut self, words: &[&str]) -> Vec<String> {
+        let mut pids = vec![String::new(); words.len()];
+        for _ in words {
+            let mut line = String::new();
+            self.stdout.read_line(&mut line).expect("read its stdout");
+            let (word, pid) = line
+                .trim()
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("expected `<word> <pid>`, got {line:?}"));
+            let at = words
+                .iter()
+                .position(|w| *w == word)
+                .unwrap_or_else(|| panic!("expected one of {words:?}, got {line:?}"));
+            pids[at] = pid.to_owned();
+        }
+        pids
+    }
+
+    /// Closes stdin and checks that the program then exits with 0.
+    fn finish(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().expect("wait for the program");
+        assert!(status.success(), "the program failed: {status}");
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `otel-ctx show --json <pid>`.
+fn show(pid: &str) -> Value {
+    let out = Command::new(&built().otel_ctx)
+        .args(["show", "--json", pid])
+        .output()
+        .expect("run otel-ctx");
+    assert!(
+        out.status.success(),
+        "otel-ctx show {pid}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// `otel-ctx check <pid>` passes.
+fn check(pid: &str) {
+    let out = Command::new(&built().otel_ctx)
+        .args(["check", pid, "--observe", "200ms"])
+        .output()
+        .expect("run otel-ctx");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "otel-ctx check {pid}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn process_reference(link: Link) {
+    let exe = compile("process_reference", link);
+    let mut program = Program::start(&mut Command::new(exe));
+    let [parent, child] =
+        <[String; 2]>::try_from(program.pids(&["ready", "child"])).expect("two pids");
+    for (pid, instance) in [
+        (&parent, "00000000-0000-4000-8000-000000000001"),
+        (&child, "00000000-0000-4000-8000-000000000002"),
+    ] {
+        let doc = show(pid);
+        let resource = &doc["process_context"]["resource"];
+        assert_eq!(resource["service.name"], "c-reference", "{doc}");
+        assert_eq!(resource["service.version"], "2.0.0", "{doc}");
+        assert_eq!(resource["service.instance.id"], instance, "{doc}");
+        assert_eq!(resource["deployment.environment.name"], "test", "{doc}");
+        assert_eq!(resource["telemetry.sdk.language"], "c", "{doc}");
+        assert_eq!(resource["host.name"], "c-host", "{doc}");
+        let attributes = &doc["process_context"]["attributes"];
+        assert_eq!(attributes["example.extra"], "yes", "{doc}");
+        assert_eq!(
+            attributes["threadlocal.attribute_key_map"],
+            serde_json::json!(["http.route", "http.method"]),
+            "{doc}"
+        );
+        check(pid);
+    }
+    program.finish();
+}
+
+#[test]
+fn reference_program_with_the_shared_library() {
+    process_reference(Link::Shared);
+}
+
+#[test]
+fn reference_program_with_the_static_library() {
+    process_reference(Link::Static);
+}
+
+/// Checks the three threads' contexts of `pid`: trace id `first_byte * (i + 1)` repeated,
+/// span id `span_byte + i` repeated, flags 1, and the attributes `route(i)`, `worker(i)`.
+fn three_threads(
+    pid: &str,
+    first_byte: u8,
+    span_byte: u8,
+    route: impl Fn(u8) -> String,
+    worker: impl Fn(u8) -> String,
+) {
+    let doc = show(pid);
+    let mut contexts: Vec<&Value> = doc["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .map(|t| &t["context"])
+        .filter(|c| !c.is_null())
+        .collect();
+    contexts.sort_by_key(|c| c["trace_id"].as_str().unwrap_or_default().to_owned());
+    assert_eq!(contexts.len(), 3, "{doc}");
+    for (i, context) in (0u8..).zip(contexts) {
+        let trace_id = format!("{:02x}", first_byte * (i + 1)).repeat(16);
+        let span_id = format!("{:02x}", span_byte + i).repeat(8);
+        assert_eq!(context["trace_id"], trace_id.as_str(), "{doc}");
+        assert_eq!(context["span_id"], span_id.as_str(), "{doc}");
+        assert_eq!(context["trace_flags"], 1, "{doc}");
+        assert_eq!(context["attributes"]["http.route"], route(i), "{doc}");
+        assert_eq!(context["attributes"]["worker"], worker(i), "{doc}");
+    }
+    check(pid);
+}
+
+fn c_threads(link: Link) {
+    let exe = compile("threads", link);
+    let mut program = Program::start(&mut Command::new(exe));
+    let [pid] = <[String; 1]>::try_from(program.pids(&["ready"])).expect("one pid");
+    three_threads(
+        &pid,
+        0x11,
+        0xa0,
+        |i| format!("/thread/{i}"),
+        |i| format!("worker-{i}"),
+    );
+    program.finish();
+}
+
+#[test]
+fn c_threads_with_the_shared_library() {
+    c_threads(Link::Shared);
+}
+
+#[test]
+fn c_threads_with_the_static_library() {
+    c_threads(Link::Static);
+}
+
+#[test]
+fn python_threads_through_ctypes() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/threads.py");
+    let mut program = Program::start(Command::new("python3").arg(script).arg(&built().shared));
+    let [pid] = <[String; 1]>::try_from(program.pids(&["ready"])).expect("one pid");
+    three_threads(
+        &pid,
+        0x21,
+        0xb0,
+        |i| format!("/python/{i}"),
+        |i| format!("py-{i}"),
+    );
+    program.finish();
+}
