@@ -66,23 +66,20 @@ pub unsafe fn str_at<'a>(ptr: *const c_char) -> Result<&'a str, StrError> {
 }
 
 /// The pointers of a NULL-terminated array, without the NULL; at most `max` of them
-/// (`Err(())` when there are more). A NULL array is an empty one.
+/// (`None` when there are more). A NULL array is an empty one.
 ///
 /// # Safety
 ///
 /// `array` is NULL, or points to pointers readable up to a NULL one or for `max + 1`
 /// entries, whichever comes first.
-pub unsafe fn entries<'a>(
-    array: *const *const c_char,
-    max: usize,
-) -> Result<&'a [*const c_char], ()> {
+pub unsafe fn entries<'a>(array: *const *const c_char, max: usize) -> Option<&'a [*const c_char]> {
     if array.is_null() {
-        return Ok(&[]);
+        return Some(&[]);
     }
     let mut len = 0;
     loop {
         if len > max {
-            return Err(());
+            return None;
         }
         // SAFETY: entries up to the first NULL (at most `max + 1`) are readable.
         if unsafe { *array.add(len) }.is_null() {
@@ -91,7 +88,7 @@ pub unsafe fn entries<'a>(
         len += 1;
     }
     // SAFETY: the `len` entries before the NULL were just read.
-    Ok(unsafe { core::slice::from_raw_parts(array, len) })
+    Some(unsafe { core::slice::from_raw_parts(array, len) })
 }
 
 /// The `N` bytes at `ptr`, or all zeros when `ptr` is NULL.

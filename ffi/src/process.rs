@@ -188,8 +188,7 @@ pub(crate) fn publish_failure(error: &writer::Error) -> Failure {
 /// `array` is NULL or a NULL-terminated array of strings, each readable to its NUL.
 unsafe fn pairs(array: *const *const c_char) -> Result<Vec<(&'static str, &'static str)>, Failure> {
     // SAFETY: forwarded from the caller; one entry past the bound is read at most.
-    let entries =
-        unsafe { boundary::entries(array, 2 * MAX_PAIRS) }.map_err(|()| TOO_MANY_ATTRIBUTES)?;
+    let entries = unsafe { boundary::entries(array, 2 * MAX_PAIRS) }.ok_or(TOO_MANY_ATTRIBUTES)?;
     if entries.len() % 2 == 1 {
         return Err(ODD_ATTRIBUTES);
     }
@@ -228,7 +227,7 @@ unsafe fn apply_thread_config(config: *const otel_thread_ctx_config_data) -> Res
     // SAFETY: the key map is NULL or NULL-terminated; at most one entry past the bound is
     // read.
     let entries = unsafe { boundary::entries(config.attribute_key_map, MAX_KEY_MAP_LEN) }
-        .map_err(|()| TOO_MANY_KEYS)?;
+        .ok_or(TOO_MANY_KEYS)?;
     let keys = entries
         .iter()
         // SAFETY: every entry before the NULL is a string readable to its NUL.

@@ -1,0 +1,181 @@
+//! Bad input never crashes: NULL pointers, strings that are not UTF-8, over-long values,
+//! odd-length attribute arrays and a 257th key each give a result with an error message.
+//! Nothing here publishes a process context, so the tests can share the process.
+
+use core::ffi::{c_char, CStr};
+use core::ptr::{null, null_mut};
+
+use otel_ctx_ffi::process::*;
+use otel_ctx_ffi::thread::*;
+
+/// The error message of a failed call.
+fn message(success: bool, error_message: *const c_char) -> String {
+    assert!(!success, "the call succeeded");
+    assert!(!error_message.is_null(), "a failure has a message");
+    // SAFETY: error messages are static NUL-terminated strings.
+    unsafe { CStr::from_ptr(error_message) }
+        .to_str()
+        .expect("UTF-8 message")
+        .to_owned()
+}
+
+/// A valid data block, to be spoiled by each case.
+fn data() -> otel_process_ctx_data {
+    otel_process_ctx_data {
+        deployment_environment_name: c"test".as_ptr(),
+        service_instance_id: c"id".as_ptr(),
+        service_name: c"svc".as_ptr(),
+        service_version: c"1".as_ptr(),
+        telemetry_sdk_language: c"c".as_ptr(),
+        telemetry_sdk_version: c"1".as_ptr(),
+        telemetry_sdk_name: c"t".as_ptr(),
+        resource_attributes: null_mut(),
+        extra_attributes: null_mut(),
+        thread_ctx_config: null(),
+    }
+}
+
+fn publish_error(data: &otel_process_ctx_data) -> String {
+    // SAFETY: every pointer of `data` is NULL or valid.
+    let result = unsafe { otel_process_ctx_publish(data) };
+    message(result.success, result.error_message)
+}
+
+#[test]
+fn publish_refuses_bad_data() {
+    // SAFETY: NULL is allowed and refused.
+    let result = unsafe { otel_process_ctx_publish(null()) };
+    assert!(message(result.success, result.error_message).contains("data is NULL"));
+
+    let mut d = data();
+    d.service_name = null();
+    assert!(publish_error(&d).contains("is NULL"));
+
+    let not_utf8 = [0xffu8, 0xfe, 0];
+    let mut d = data();
+    d.service_version = not_utf8.as_ptr().cast();
+    assert!(publish_error(&d).contains("UTF-8"));
+
+    let long = vec![b'a'; 40_000]
+        .into_iter()
+        .chain([0])
+        .collect::<Vec<u8>>();
+    let mut d = data();
+    d.deployment_environment_name = long.as_ptr().cast();
+    assert!(publish_error(&d).contains("INT16_MAX"));
+
+    let mut odd = [c"key".as_ptr(), null()];
+    let mut d = data();
+    d.resource_attributes = odd.as_mut_ptr();
+    assert!(publish_error(&d).contains("odd length"));
+    let mut odd = [c"k".as_ptr(), c"v".as_ptr(), c"k2".as_ptr(), null()];
+    let mut d = data();
+    d.extra_attributes = odd.as_mut_ptr();
+    assert!(publish_error(&d).contains("odd length"));
+
+    let config = otel_thread_ctx_config_data {
+        schema_version: null(),
+        attribute_key_map: null_mut(),
+    };
+    let mut d = data();
+    d.thread_ctx_config = &config;
+    assert!(publish_error(&d).contains("schema_version is NULL"));
+
+    let names: Vec<std::ffi::CString> = (0..257)
+        .map(|i| std::ffi::CString::new(format!("key.{i}")).expect("no NUL"))
+        .collect();
+    let mut keys: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+    keys.push(null());
+    let config = otel_thread_ctx_config_data {
+        schema_version: c"tlsdesc_v1_dev".as_ptr(),
+        attribute_key_map: keys.as_mut_ptr(),
+    };
+    let mut d = data();
+    d.thread_ctx_config = &config;
+    assert!(publish_error(&d).contains("more than 256 keys"));
+}
+
+#[test]
+fn read_without_a_context_and_drop_of_null() {
+    let result = otel_process_ctx_read();
+    assert!(message(result.success, result.error_message).contains("otel_process_ctx_publish"));
+    assert!(result.data.service_name.is_null());
+    // SAFETY: NULL is allowed and refused.
+    assert!(!unsafe { otel_process_ctx_read_drop(null_mut()) });
+}
+
+#[test]
+fn thread_calls_refuse_bad_input_and_attach_detach_swap_round_trip() {
+    // SAFETY: every pointer below is NULL or valid for the call.
+    unsafe {
+        let r = otel_thread_ctx_attach(null_mut());
+        assert!(message(r.success, r.error_message).contains("otel_thread_ctx_new"));
+        otel_thread_ctx_free(null_mut());
+
+        let r = otel_thread_ctx_new(null(), null(), 0, null(), 2);
+        assert!(message(r.success, r.error_message).contains("attrs is NULL"));
+        let bad = [otel_thread_ctx_attr {
+            key: 0,
+            value: null(),
+        }];
+        let r = otel_thread_ctx_new(null(), null(), 0, bad.as_ptr(), 1);
+        assert!(message(r.success, r.error_message).contains("value is NULL"));
+        let not_utf8 = [0xc3u8, 0x28, 0];
+        let bad = [otel_thread_ctx_attr {
+            key: 0,
+            value: not_utf8.as_ptr().cast(),
+        }];
+        let r = otel_thread_ctx_new(null(), null(), 0, bad.as_ptr(), 1);
+        assert!(message(r.success, r.error_message).contains("UTF-8"));
+        let long = vec![b'v'; 300].into_iter().chain([0]).collect::<Vec<u8>>();
+        let bad = [otel_thread_ctx_attr {
+            key: 0,
+            value: long.as_ptr().cast(),
+        }];
+        let r = otel_thread_ctx_new(null(), null(), 0, bad.as_ptr(), 1);
+        assert!(message(r.success, r.error_message).contains("255 bytes"));
+        let trace_id = [1u8; 16];
+        let r = otel_thread_ctx_new(trace_id.as_ptr(), null(), 1, null(), 0);
+        assert!(message(r.success, r.error_message).contains("both or neither"));
+        let r = otel_thread_ctx_update(null(), null(), 0, null(), 0);
+        assert!(message(r.success, r.error_message).contains("otel_thread_ctx_attach"));
+
+        // A round trip: attach, update in place, swap, detach, free.
+        let span_id = [2u8; 8];
+        let value = [otel_thread_ctx_attr {
+            key: 0,
+            value: c"/a".as_ptr(),
+        }];
+        let a = otel_thread_ctx_new(trace_id.as_ptr(), span_id.as_ptr(), 1, value.as_ptr(), 1);
+        assert!(a.success);
+        let b = otel_thread_ctx_new(null(), null(), 0, null(), 0);
+        assert!(b.success);
+        let previous = otel_thread_ctx_attach(a.context);
+        assert!(previous.success && previous.context.is_null());
+        let r = otel_thread_ctx_update(trace_id.as_ptr(), span_id.as_ptr(), 0, value.as_ptr(), 1);
+        assert!(r.success);
+        let swapped = otel_thread_ctx_swap(b.context);
+        assert!(
+            swapped.success && !swapped.context.is_null(),
+            "a comes back"
+        );
+        let detached = otel_thread_ctx_detach();
+        assert!(!detached.is_null(), "b comes back");
+        assert!(otel_thread_ctx_detach().is_null());
+        otel_thread_ctx_free(detached);
+        otel_thread_ctx_free(swapped.context);
+
+        let r = otel_thread_ctx_register_key(null());
+        assert!(message(r.success, r.error_message).contains("NULL"));
+        let r = otel_thread_ctx_register_key(not_utf8.as_ptr().cast());
+        assert!(message(r.success, r.error_message).contains("UTF-8"));
+        for i in 0..256 {
+            let name = std::ffi::CString::new(format!("key.{i}")).expect("no NUL");
+            let r = otel_thread_ctx_register_key(name.as_ptr());
+            assert!(r.success, "key {i}");
+            assert_eq!(usize::from(r.key), i);
+        }
+        let r = otel_thread_ctx_register_key(c"key.256".as_ptr());
+        assert!(message(r.success, r.error_message).contains("256 names"));
+    }
+}
