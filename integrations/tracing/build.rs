@@ -1,0 +1,3 @@
+fn main() {
+    otel_ctx_export::export_tls_symbol();
+}
