@@ -1,0 +1,217 @@
+//! The OpenTelemetry SDK's state, shared with out-of-process readers: its `Resource` as the
+//! process context (OTEP 4719) and its active span as the thread context (OTEP 4947).
+//!
+//! - [`ProcessContextProcessor`]: a [`SpanProcessor`] that does nothing per span; the
+//!   tracer provider hands it the `Resource` when it is built
+//!   ([`SpanProcessor::set_resource`]), and it publishes it.
+//! - [`publish_resource`]: the same, called by hand (with a `Resource` of the SDK, or one
+//!   built for the purpose).
+//! - [`attach`]: makes a `Context`'s span the calling thread's context until the returned
+//!   [`Guard`] drops.
+//!
+//! ```no_run
+//! use opentelemetry::trace::{Tracer, TracerProvider as _};
+//! use opentelemetry_sdk::trace::SdkTracerProvider;
+//!
+//! let provider = SdkTracerProvider::builder()
+//!     .with_span_processor(otel_ctx_opentelemetry::ProcessContextProcessor::new())
+//!     .build(); // publishes the provider's Resource
+//! provider.tracer("checkout").in_span("request", |cx| {
+//!     let _guard = otel_ctx_opentelemetry::attach(&cx); // a profiler sees this span
+//! });
+//! ```
+
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry::{Array, Context, Value};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
+use opentelemetry_sdk::Resource as SdkResource;
+use otel_ctx_writer::process::{self, global, OwnedValue};
+use otel_ctx_writer::thread::{self, Attached, Key, ThreadContext};
+
+/// `service.instance.id`, which the SDK's default resource leaves out.
+const SERVICE_INSTANCE_ID: &str = "service.instance.id";
+
+/// The process context's resource for an SDK `Resource`: every attribute, with its typed
+/// value (bool, int, double, string, and arrays of them).
+///
+/// The semantic-convention keys the SDK left out are filled in as
+/// `otel_ctx_writer::process::ResourceBuilder::build` does; `service.instance.id` keeps the
+/// value of the context this process already published, if any, so that publishing again
+/// does not make the process look like a new instance.
+pub fn to_process_resource(resource: &SdkResource) -> Result<process::Resource, process::Error> {
+    let mut builder = process::Resource::builder();
+    for (key, value) in resource.iter() {
+        builder = builder.attribute(key.as_str(), to_owned_value(value));
+    }
+    if resource
+        .get(&opentelemetry::Key::from_static_str(SERVICE_INSTANCE_ID))
+        .is_none()
+    {
+        let published = global::with_publisher(|publisher| {
+            publisher.resource().get(SERVICE_INSTANCE_ID).cloned()
+        });
+        if let Some(Some(id)) = published {
+            builder = builder.attribute(SERVICE_INSTANCE_ID, id);
+        }
+    }
+    builder.build()
+}
+
+/// An SDK attribute value in the codec's owned model.
+pub fn to_owned_value(value: &Value) -> OwnedValue {
+    match value {
+        Value::Bool(v) => OwnedValue::Bool(*v),
+        Value::I64(v) => OwnedValue::Int(*v),
+        Value::F64(v) => OwnedValue::Double(*v),
+        Value::String(v) => OwnedValue::String(v.as_str().to_owned()),
+        Value::Array(Array::Bool(v)) => {
+            OwnedValue::Array(v.iter().copied().map(OwnedValue::Bool).collect())
+        }
+        Value::Array(Array::I64(v)) => {
+            OwnedValue::Array(v.iter().copied().map(OwnedValue::Int).collect())
+        }
+        Value::Array(Array::F64(v)) => {
+            OwnedValue::Array(v.iter().copied().map(OwnedValue::Double).collect())
+        }
+        Value::Array(Array::String(v)) => OwnedValue::Array(
+            v.iter()
+                .map(|s| OwnedValue::String(s.as_str().to_owned()))
+                .collect(),
+        ),
+        // The SDK's value kinds are open to additions (`non_exhaustive`): a kind this crate
+        // does not know yet is published as its text rather than dropped.
+        other => OwnedValue::String(other.to_string()),
+    }
+}
+
+/// Publishes `resource` as this process's context, through the writer's process-wide
+/// publisher (`otel_ctx_writer::process::global`): the first call publishes, later ones
+/// update. The extra attributes and the thread reference data (the key map) are kept.
+pub fn publish_resource(resource: &SdkResource) -> Result<(), process::Error> {
+    global::publish(to_process_resource(resource)?)
+}
+
+/// A [`SpanProcessor`] that publishes the tracer provider's `Resource` as the process
+/// context, when the provider hands it over ([`SpanProcessor::set_resource`], called as
+/// the provider is built). It does nothing per span.
+///
+/// Clones share the outcome of the last publication ([`last_error`](Self::last_error)),
+/// so a clone kept before giving the processor to the provider can report it.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessContextProcessor {
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+impl ProcessContextProcessor {
+    /// A processor that publishes the resource it is given.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Why the last publication failed, or `None` if it succeeded (or none was made).
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+impl SpanProcessor for ProcessContextProcessor {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, _span: SpanData) {}
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn set_resource(&mut self, resource: &SdkResource) {
+        // `set_resource` cannot fail; the error is kept for whoever asks.
+        let outcome = publish_resource(resource).err().map(|e| e.to_string());
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = outcome;
+    }
+}
+
+/// Restores, when dropped, what the calling thread's slot held before [`attach`]; the
+/// record `attach` made is freed then.
+///
+/// It stays on the thread that made it (neither `Send` nor `Sync`).
+#[must_use = "dropping the guard at once puts the previous context back"]
+pub struct Guard {
+    previous: Option<Attached>,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        drop(thread::swap(self.previous.take()));
+    }
+}
+
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("previous", &self.previous)
+            .finish()
+    }
+}
+
+/// Makes the span of `cx` the calling thread's context (trace id, span id, trace flags)
+/// until the returned guard drops. When its span context is not valid (no span, or an
+/// invalid one), the thread has no context until then: a reader must not take the
+/// previous span for this one.
+///
+/// Each call allocates one compact (64-byte) record; a service that switches spans often
+/// keeps [`ThreadContext`]s of its own, or uses a `tracing` layer.
+pub fn attach(cx: &Context) -> Guard {
+    attach_with_attributes(cx, &[])
+}
+
+/// [`attach`], with attributes (keys registered with `otel_ctx_writer::thread::register`).
+/// Attributes that do not fit the 640-byte record are left out.
+pub fn attach_with_attributes(cx: &Context, attrs: &[(Key, &str)]) -> Guard {
+    let record = record_for(cx, attrs);
+    Guard {
+        previous: thread::swap(record.map(Attached::Context)),
+        _not_send: PhantomData,
+    }
+}
+
+fn record_for(cx: &Context, attrs: &[(Key, &str)]) -> Option<ThreadContext> {
+    let span = cx.span();
+    let context = span.span_context();
+    if !context.is_valid() {
+        return None;
+    }
+    let (trace_id, span_id, flags) = (
+        context.trace_id().to_bytes(),
+        context.span_id().to_bytes(),
+        context.trace_flags().to_u8(),
+    );
+    if attrs.is_empty() {
+        return ThreadContext::compact(trace_id, span_id, flags, &[]).ok();
+    }
+    let mut record = ThreadContext::new(trace_id, span_id, flags, &[]).ok()?;
+    for (key, value) in attrs {
+        if record.append_truncated(*key, value).is_err() {
+            break;
+        }
+    }
+    Some(record)
+}
