@@ -527,6 +527,9 @@ pub struct SpanIds {
 
 /// The ids [`ThreadContextLayer`] put in `span`'s record, when the span's subscriber is a
 /// [`tracing_subscriber::Registry`] with the layer installed (and the span still open).
+///
+/// With the `opentelemetry` feature, the ids of `tracing-opentelemetry` replace the
+/// generated ones at the span's first enter: ask after it.
 pub fn span_ids(span: &tracing::Span) -> Option<SpanIds> {
     span.with_subscriber(|(id, dispatch)| {
         let registry = dispatch.downcast_ref::<tracing_subscriber::Registry>()?;
