@@ -39,6 +39,7 @@
 //! binary's job: see `otel-ctx-export`.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
