@@ -14,8 +14,9 @@
 //! Checked: the scanner hands out exactly the lines a plain split gives (less those
 //! too long for its buffer, and a last empty one), whatever the chunking, and stops
 //! when asked; [`MapsScanner::find_context_mappings`] finds what parsing every line
-//! finds; every line that [`MapsLine::parse`] accepts gives the same fields when printed
-//! again and parsed back; mapping names print as the bytes they were parsed from.
+//! finds, keeping exact names ahead of names that only start with one when it has to
+//! choose; every line that [`MapsLine::parse`] accepts gives the same fields when printed
+//! again and parsed back; exact mapping names print as the bytes they were parsed from.
 
 use std::io::{self, Read};
 use std::ops::ControlFlow;
@@ -113,18 +114,26 @@ pub fn check(input: &[u8]) {
         .expect("the reader fails only with Interrupted, which the scanner retries");
     // Every line is parsed; the first ones are also printed and parsed back, which
     // costs allocations that would slow long inputs down.
-    let model: Vec<ContextMapping> = expected
-        .iter()
-        .enumerate()
-        .filter_map(|(i, line)| {
-            if i < MAX_CHECKED_LINES {
-                check_line(line)
-            } else {
-                MapsLine::parse(line).and_then(|l| l.context_mapping())
-            }
-        })
-        .take(MAX_CANDIDATES)
-        .collect();
+    let mut model: Vec<ContextMapping> = Vec::new();
+    for (i, line) in expected.iter().enumerate() {
+        let mapping = if i < MAX_CHECKED_LINES {
+            check_line(line)
+        } else {
+            MapsLine::parse(line).and_then(|l| l.context_mapping())
+        };
+        let Some(mapping) = mapping else { continue };
+        if model.len() < MAX_CANDIDATES {
+            model.push(mapping);
+        } else if mapping.name.exact {
+            // Full: an exact name takes the place of the last one that is not; with
+            // only exact names kept, the scan is over.
+            let Some(at) = model.iter().rposition(|m| !m.name.exact) else {
+                break;
+            };
+            model.remove(at);
+            model.push(mapping);
+        }
+    }
     assert_eq!(found, model);
 
     if !text.contains(&b'\n') {
@@ -175,7 +184,9 @@ fn check_line(line: &[u8]) -> Option<ContextMapping> {
             assert_eq!((m.start, m.end), (parsed.start, parsed.end));
             assert_eq!(MappingName::parse(parsed.name), Some(m.name));
             assert_eq!(m.len(), m.end.saturating_sub(m.start));
-            assert_eq!(m.name.to_string().as_bytes(), parsed.name);
+            if m.name.exact {
+                assert_eq!(m.name.to_string().as_bytes(), parsed.name);
+            }
         }
         None => assert!(parsed.is_executable() || MappingName::parse(parsed.name).is_none()),
     }
@@ -184,8 +195,15 @@ fn check_line(line: &[u8]) -> Option<ContextMapping> {
 
 fn check_name(text: &[u8]) {
     if let Some(name) = MappingName::parse(text) {
-        assert_eq!(name.to_string().as_bytes(), text);
+        let kind = name.kind.name().as_bytes();
+        assert!(text.starts_with(kind));
         assert_eq!(name.deleted, text.ends_with(b" (deleted)"));
-        assert!(text.starts_with(name.kind.name().as_bytes()));
+        assert_eq!(
+            name.exact,
+            text.len() == kind.len() || &text[kind.len()..] == b" (deleted)"
+        );
+        if name.exact {
+            assert_eq!(name.to_string().as_bytes(), text);
+        }
     }
 }
