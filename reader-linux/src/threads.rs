@@ -164,6 +164,8 @@ pub struct ThreadReader {
     key_map: Option<Vec<String>>,
     schema_version: Option<String>,
     max_record_size: usize,
+    /// The buffer [`read_thread`](Self::read_thread) samples into, kept between calls.
+    scratch: RecordBuffer,
 }
 
 fn module_list(modules: &[LoadedModule]) -> Vec<(String, u64)> {
@@ -194,6 +196,7 @@ impl ThreadReader {
             key_map: None,
             schema_version: None,
             max_record_size: options.max_record_size.max(RECORD_HEADER_SIZE),
+            scratch: RecordBuffer::new(),
         };
         reader.refresh_key_map();
         if options.require_known_schema {
@@ -334,19 +337,23 @@ impl ThreadReader {
     /// Stops thread `tid`, reads its context, lets it go. `Ok(None)`: no context.
     /// Allocates the result; [`sample_into`](Self::sample_into) does not.
     pub fn read_thread(&mut self, tid: u32) -> Result<Option<OwnedThreadContext>, SampleError> {
-        let mut buffer = RecordBuffer::new();
-        let Some(context) = self.sample_into(tid, &mut buffer)? else {
-            return Ok(None);
-        };
-        Ok(Some(OwnedThreadContext {
-            header: context.header,
-            attrs_data: context.attrs_data.to_vec(),
-            record_address: context.record_address,
-            attributes: context
-                .attributes()
-                .map(|(key, value)| (key.to_owned(), String::from_utf8_lossy(value).into_owned()))
-                .collect(),
-        }))
+        // The reader's own buffer, taken out for the call and put back after.
+        let mut buffer = std::mem::take(&mut self.scratch);
+        let owned = self.sample_into(tid, &mut buffer).map(|context| {
+            context.map(|context| OwnedThreadContext {
+                header: context.header,
+                attrs_data: context.attrs_data.to_vec(),
+                record_address: context.record_address,
+                attributes: context
+                    .attributes()
+                    .map(|(key, value)| {
+                        (key.to_owned(), String::from_utf8_lossy(value).into_owned())
+                    })
+                    .collect(),
+            })
+        });
+        self.scratch = buffer;
+        owned
     }
 
     /// Stops thread `tid`, copies its record into `buffer`, lets it go, and names its
