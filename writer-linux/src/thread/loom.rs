@@ -38,10 +38,11 @@
 //!   program order, and `committed`, the state at the last compiler fence. A reader that
 //!   stops the thread sees `committed`, plus, for the stores issued since the last fence
 //!   (which the compiler may not have emitted yet, or only in part): every byte of the
-//!   ids and the attribute entries is *unknown* (old, new or torn: more than their atomic
-//!   and volatile stores allow, so the check is if anything stricter), and every atomic
-//!   store of `valid`, `attrs_data_size` and the slot (never torn) may or may not have
-//!   happened; the reader is checked against every combination of those.
+//!   ids and the attribute entries, and of the bytes an entry's write may store past it
+//!   (`WRITE_AHEAD`, garbage in the model), is *unknown* (old, new or torn: more than
+//!   their atomic and volatile stores allow, so the check is if anything stricter), and
+//!   every atomic store of `valid`, `attrs_data_size` and the slot (never torn) may or may
+//!   not have happened; the reader is checked against every combination of those.
 //! - **The stop.** The writer and the reader are two loom threads. Before each store and
 //!   each fence the writer passes an interrupt point; the reader asks for a stop at a
 //!   moment loom chooses, the writer parks at its next interrupt point (a release store:
@@ -85,7 +86,9 @@ use otel_ctx_codec::record::{
     SPAN_ID_OFFSET, TRACE_FLAGS_OFFSET, TRACE_ID_OFFSET, VALID, VALID_OFFSET,
 };
 
-use super::record::{write_append, write_truncate, write_update, Record, RecordWrites};
+use super::record::{
+    write_append, write_truncate, write_update, Record, RecordWrites, WRITE_AHEAD,
+};
 use super::slot::{detach_ours_in, held_in, swap_in, Held, SlotWrites};
 use super::Key;
 
@@ -95,6 +98,8 @@ const CAPACITY: usize = 64;
 const RECORDS: usize = 3;
 /// The record of another library (a C writer sharing the slot).
 const FOREIGN: usize = 2;
+/// What the model stores past an entry, where `RecordPtr` may store too.
+const GARBAGE: u8 = 0xa5;
 /// Address of record 0 in the model; record `i` is `i * STRIDE` further.
 const HEAP_BASE: usize = 0x7f00_0000_0040;
 const STRIDE: usize = 0x400;
@@ -350,9 +355,22 @@ impl RecordWrites for ModelRecord<'_> {
     unsafe fn write_entry(self, at: usize, key: u8, value: &[u8]) {
         let mut entry = vec![key, value.len() as u8];
         entry.extend_from_slice(value);
+        // The bytes past the entry that `RecordPtr` may store too (`WRITE_AHEAD`), here
+        // always and with bytes no record holds: were a step ever to expose them, the
+        // reader would decode them.
+        let start = ATTRS_DATA_OFFSET + at;
+        entry.resize((entry.len() + WRITE_AHEAD).min(CAPACITY - start), GARBAGE);
         self.shared.interrupt_point();
-        self.shared
-            .write(|m| m.plain(self.record, ATTRS_DATA_OFFSET + at, &entry));
+        self.shared.write(|m| m.plain(self.record, start, &entry));
+    }
+
+    unsafe fn write_entries(self, attrs: &[(Key, &str)]) {
+        let mut at = 0;
+        for (key, value) in attrs {
+            // SAFETY: the caller guarantees the entries fit in the record.
+            unsafe { self.write_entry(at, key.index(), value.as_bytes()) };
+            at += 2 + value.len();
+        }
     }
 
     unsafe fn attrs_byte(self, at: usize) -> u8 {
