@@ -18,6 +18,10 @@ static SKIPPED_INVALID: AtomicU64 = AtomicU64::new(0);
 static NULL_SLOT: AtomicU64 = AtomicU64::new(0);
 static INCONSISTENT: AtomicU64 = AtomicU64::new(0);
 static WITH_EXTRA: AtomicU64 = AtomicU64::new(0);
+/// Iterations of the writer's loop, for the sender to see that the writer makes progress.
+static WRITER_ITERATIONS: AtomicU64 = AtomicU64::new(0);
+/// Writer iterations the test needs besides the signals: enough for appends and swaps.
+const MIN_WRITER_ITERATIONS: u64 = 1_000;
 /// The first inconsistent record, for the failure message.
 static FIRST_BAD_LEN: AtomicUsize = AtomicUsize::new(0);
 static FIRST_BAD: [AtomicU8; 640] = [const { AtomicU8::new(0) }; 640];
@@ -241,6 +245,7 @@ fn every_valid_record_seen_by_a_signal_handler_is_consistent() {
             let mut c: u64 = 0;
             while !stop.load(Ordering::Relaxed) {
                 c += 1;
+                WRITER_ITERATIONS.store(c, Ordering::Relaxed);
                 let mut dec = [0u8; 20];
                 let mut buf = [0u8; 40];
                 let value = decimal(c, &mut dec);
@@ -282,10 +287,22 @@ fn every_valid_record_seen_by_a_signal_handler_is_consistent() {
         let timer = (!cfg!(target_arch = "aarch64"))
             .then(|| writer_timer(writer_tid.load(Ordering::SeqCst) as libc::pid_t));
         pin_to_cpu(0);
-        while SIGNALS.load(Ordering::Relaxed) < required && started.elapsed() < budget {
+        let mut sent: u64 = 0;
+        while (SIGNALS.load(Ordering::Relaxed) < required
+            || WRITER_ITERATIONS.load(Ordering::Relaxed) < MIN_WRITER_ITERATIONS)
+            && started.elapsed() < budget
+        {
             // SAFETY: the writer thread runs until `stop` is set below.
             let rc = unsafe { libc::pthread_kill(target, libc::SIGPROF) };
             assert_eq!(rc, 0);
+            sent += 1;
+            // Under emulation the signals can keep the writer from running at all: pause
+            // now and then while it has made too little progress.
+            if sent.is_multiple_of(1_000)
+                && WRITER_ITERATIONS.load(Ordering::Relaxed) < MIN_WRITER_ITERATIONS
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
         if let Some(timer) = timer {
             // SAFETY: `timer` was created above and is deleted once.
