@@ -52,6 +52,17 @@ typedef struct {
   const char *error_message;
 } otel_thread_ctx_result;
 
+// The result of a call that counts: `otel_thread_ctx_append_truncated` (the bytes of the
+// value kept), `_truncate_attrs` and `_attr_count` (attribute entries).
+typedef struct {
+  // Whether the call succeeded.
+  bool success;
+  // What went wrong and what to do, when `success` is false; a static string.
+  const char *error_message;
+  // The count, on success; 0 otherwise.
+  size_t count;
+} otel_thread_ctx_count_result;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -115,6 +126,38 @@ otel_thread_ctx_result otel_thread_ctx_update(const uint8_t *trace_id,
                                               uint8_t trace_flags,
                                               const otel_thread_ctx_attr *attrs,
                                               size_t attrs_len);
+
+// Appends the attribute `key` = `value` to the calling thread's attached context in
+// place: the entry's bytes first, then the new size, so a reader sees the record with or
+// without it, never half of it. A later entry of the same key wins for readers. On error
+// (value NULL, not UTF-8 or over 255 bytes, record full, nothing of this library
+// attached) the record is unchanged and valid. Allocates nothing.
+//
+// # Safety
+//
+// `value` is NULL or a string readable to its NUL.
+otel_thread_ctx_result otel_thread_ctx_append(uint8_t key, const char *value);
+
+// As `otel_thread_ctx_append`, but a value over 255 bytes (or longer than the record
+// has room for) is cut at a UTF-8 character boundary so that it fits; `count` is the
+// bytes of the value kept. Errors when not even an empty entry fits, and for a value
+// that is NULL, not UTF-8, or over 32767 bytes (it is read and checked whole). Allocates
+// nothing.
+//
+// # Safety
+//
+// `value` is NULL or a string readable to its NUL.
+otel_thread_ctx_count_result otel_thread_ctx_append_truncated(uint8_t key, const char *value);
+
+// Keeps the first `keep` attribute entries of the calling thread's attached context and
+// drops the others, in place (a `keep` at or over the count changes nothing); `count` is
+// the number of entries left. Errors when nothing of this library is attached.
+// Allocates nothing.
+otel_thread_ctx_count_result otel_thread_ctx_truncate_attrs(size_t keep);
+
+// The number of attribute entries of the calling thread's attached context, in `count`.
+// Errors when nothing of this library is attached. Allocates nothing.
+otel_thread_ctx_count_result otel_thread_ctx_attr_count(void);
 
 // Frees a context that is not attached; NULL is ignored. Another library's record taken
 // out of the slot is only forgotten, never freed.

@@ -5,9 +5,13 @@
 //! never written or freed, only put back). Attaching moves the handle's record into the
 //! calling thread's slot; what the slot held comes back as a handle, or NULL.
 //!
-//! Attach, detach, swap and update allocate nothing: the small block of a handle whose
-//! record was attached is kept aside for the thread (one per thread) and carries the next
-//! record that comes out of the slot. Only a thread that takes out more records than it
+//! The calling thread's attached context is changed in place: replaced whole
+//! (`otel_thread_ctx_update`), or one attribute appended (`_append`, `_append_truncated`),
+//! or its last attributes dropped (`_truncate_attrs`).
+//!
+//! Attach, detach, swap and the in-place changes allocate nothing: the small block of a
+//! handle whose record was attached is kept aside for the thread (one per thread) and
+//! carries the next record that comes out of the slot. Only a thread that takes out more records than it
 //! put in (another library's record) allocates a block.
 
 use core::cell::Cell;
@@ -93,6 +97,10 @@ const VALUE_TOO_LONG: Failure =
     Failure(c"an attribute value is longer than the 255 bytes a record entry holds; shorten it");
 const TOO_MANY_ATTRS: Failure =
     Failure(c"more attributes than a 640-byte record can hold; pass at most 306 attributes");
+const LONG_VALUE_TOO_LONG: Failure = Failure(
+    c"an attribute value is longer than 32767 bytes, more than a truncating append reads; \
+      pass a shorter prefix",
+);
 const CONTEXT_NULL: Failure = Failure(c"the context is NULL; create one with otel_thread_ctx_new");
 
 /// A static message for each record error: what happened and what to do.
@@ -267,6 +275,36 @@ impl From<Result<*mut otel_thread_ctx, Failure>> for otel_thread_ctx_handle_resu
     }
 }
 
+/// The result of a call that counts: `otel_thread_ctx_append_truncated` (the bytes of the
+/// value kept), `_truncate_attrs` and `_attr_count` (attribute entries).
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct otel_thread_ctx_count_result {
+    /// Whether the call succeeded.
+    pub success: bool,
+    /// What went wrong and what to do, when `success` is false; a static string.
+    pub error_message: *const c_char,
+    /// The count, on success; 0 otherwise.
+    pub count: usize,
+}
+
+impl From<Result<usize, Failure>> for otel_thread_ctx_count_result {
+    fn from(result: Result<usize, Failure>) -> Self {
+        match result {
+            Ok(count) => Self {
+                success: true,
+                error_message: core::ptr::null(),
+                count,
+            },
+            Err(failure) => Self {
+                success: false,
+                error_message: failure.as_ptr(),
+                count: 0,
+            },
+        }
+    }
+}
+
 /// The key index of attribute `name`, registering it if it is new: the process
 /// context's `threadlocal.attribute_key_map` is updated (now if a context is published,
 /// else at the next `otel_process_ctx_publish`). The same name gets the same index; at
@@ -419,6 +457,69 @@ pub unsafe extern "C" fn otel_thread_ctx_update(
         }
     })
     .into()
+}
+
+/// Appends the attribute `key` = `value` to the calling thread's attached context in
+/// place: the entry's bytes first, then the new size, so a reader sees the record with or
+/// without it, never half of it. A later entry of the same key wins for readers. On error
+/// (value NULL, not UTF-8 or over 255 bytes, record full, nothing of this library
+/// attached) the record is unchanged and valid. Allocates nothing.
+///
+/// # Safety
+///
+/// `value` is NULL or a string readable to its NUL.
+#[no_mangle]
+pub unsafe extern "C" fn otel_thread_ctx_append(
+    key: u8,
+    value: *const c_char,
+) -> otel_thread_ctx_result {
+    boundary::guard(|| {
+        // SAFETY: NULL or a string readable to its NUL, per the contract.
+        let value = unsafe { boundary::str_at(value) }.map_err(value_failure)?;
+        writer::append(Key::from_index(key), value).map_err(context_failure)
+    })
+    .into()
+}
+
+/// As `otel_thread_ctx_append`, but a value over 255 bytes (or longer than the record
+/// has room for) is cut at a UTF-8 character boundary so that it fits; `count` is the
+/// bytes of the value kept. Errors when not even an empty entry fits, and for a value
+/// that is NULL, not UTF-8, or over 32767 bytes (it is read and checked whole). Allocates
+/// nothing.
+///
+/// # Safety
+///
+/// `value` is NULL or a string readable to its NUL.
+#[no_mangle]
+pub unsafe extern "C" fn otel_thread_ctx_append_truncated(
+    key: u8,
+    value: *const c_char,
+) -> otel_thread_ctx_count_result {
+    boundary::guard(|| {
+        // SAFETY: NULL or a string readable to its NUL, per the contract.
+        let value = unsafe { boundary::str_at(value) }.map_err(|e| match e {
+            StrError::TooLong => LONG_VALUE_TOO_LONG,
+            other => value_failure(other),
+        })?;
+        writer::append_truncated(Key::from_index(key), value).map_err(context_failure)
+    })
+    .into()
+}
+
+/// Keeps the first `keep` attribute entries of the calling thread's attached context and
+/// drops the others, in place (a `keep` at or over the count changes nothing); `count` is
+/// the number of entries left. Errors when nothing of this library is attached.
+/// Allocates nothing.
+#[no_mangle]
+pub extern "C" fn otel_thread_ctx_truncate_attrs(keep: usize) -> otel_thread_ctx_count_result {
+    boundary::guard(|| writer::truncate_attrs(keep).map_err(context_failure)).into()
+}
+
+/// The number of attribute entries of the calling thread's attached context, in `count`.
+/// Errors when nothing of this library is attached. Allocates nothing.
+#[no_mangle]
+pub extern "C" fn otel_thread_ctx_attr_count() -> otel_thread_ctx_count_result {
+    boundary::guard(|| writer::attached_attr_count().map_err(context_failure)).into()
 }
 
 /// Frees a context that is not attached; NULL is ignored. Another library's record taken

@@ -139,6 +139,15 @@ fn thread_calls_refuse_bad_input_and_attach_detach_swap_round_trip() {
         assert!(message(r.success, r.error_message).contains("both or neither"));
         let r = otel_thread_ctx_update(null(), null(), 0, null(), 0);
         assert!(message(r.success, r.error_message).contains("otel_thread_ctx_attach"));
+        let r = otel_thread_ctx_append(0, c"v".as_ptr());
+        assert!(message(r.success, r.error_message).contains("otel_thread_ctx_attach"));
+        let r = otel_thread_ctx_append_truncated(0, c"v".as_ptr());
+        assert!(message(r.success, r.error_message).contains("otel_thread_ctx_attach"));
+        assert_eq!(r.count, 0);
+        let r = otel_thread_ctx_truncate_attrs(0);
+        assert!(message(r.success, r.error_message).contains("otel_thread_ctx_attach"));
+        let r = otel_thread_ctx_attr_count();
+        assert!(message(r.success, r.error_message).contains("otel_thread_ctx_attach"));
 
         // A round trip: attach, update in place, swap, detach, free.
         let span_id = [2u8; 8];
@@ -154,6 +163,32 @@ fn thread_calls_refuse_bad_input_and_attach_detach_swap_round_trip() {
         assert!(previous.success && previous.context.is_null());
         let r = otel_thread_ctx_update(trace_id.as_ptr(), span_id.as_ptr(), 0, value.as_ptr(), 1);
         assert!(r.success);
+        // The in-place appends refuse bad values and leave the one attribute.
+        let r = otel_thread_ctx_append(1, null());
+        assert!(message(r.success, r.error_message).contains("value is NULL"));
+        let r = otel_thread_ctx_append(1, not_utf8.as_ptr().cast());
+        assert!(message(r.success, r.error_message).contains("UTF-8"));
+        let r = otel_thread_ctx_append(1, long.as_ptr().cast());
+        assert!(message(r.success, r.error_message).contains("255 bytes"));
+        let r = otel_thread_ctx_append_truncated(1, null());
+        assert!(message(r.success, r.error_message).contains("value is NULL"));
+        let r = otel_thread_ctx_append_truncated(1, not_utf8.as_ptr().cast());
+        assert!(message(r.success, r.error_message).contains("UTF-8"));
+        let huge = vec![b'h'; 40_000]
+            .into_iter()
+            .chain([0])
+            .collect::<Vec<u8>>();
+        let r = otel_thread_ctx_append_truncated(1, huge.as_ptr().cast());
+        assert!(message(r.success, r.error_message).contains("32767"));
+        assert_eq!(otel_thread_ctx_attr_count().count, 1);
+        // Good values: appended, the long one cut to 255 bytes, then truncated away.
+        assert!(otel_thread_ctx_append(1, c"GET".as_ptr()).success);
+        let r = otel_thread_ctx_append_truncated(2, long.as_ptr().cast());
+        assert!(r.success && r.count == 255, "kept {}", r.count);
+        assert_eq!(otel_thread_ctx_attr_count().count, 3);
+        let r = otel_thread_ctx_truncate_attrs(1);
+        assert!(r.success && r.count == 1);
+        assert_eq!(otel_thread_ctx_attr_count().count, 1);
         let swapped = otel_thread_ctx_swap(b.context);
         assert!(
             swapped.success && !swapped.context.is_null(),

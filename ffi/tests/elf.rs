@@ -70,6 +70,10 @@ fn shared_library_exports_every_function_of_the_headers() {
         "otel_thread_ctx_detach",
         "otel_thread_ctx_swap",
         "otel_thread_ctx_update",
+        "otel_thread_ctx_append",
+        "otel_thread_ctx_append_truncated",
+        "otel_thread_ctx_truncate_attrs",
+        "otel_thread_ctx_attr_count",
         "otel_thread_ctx_free",
     ] {
         assert!(

@@ -4,6 +4,7 @@
 //! - `c/process_reference.c`, written only against the reference-compatible
 //!   `otel_process_ctx.h`, linked with the shared and with the static library;
 //! - `c/threads.c`, three threads attaching contexts through `otel_ctx.h`, both ways;
+//! - `c/append.c`, the in-place append and truncate of `otel_ctx.h` and their refusals;
 //! - `python/threads.py`, the same through `ctypes`.
 
 mod support;
@@ -235,6 +236,38 @@ fn c_threads_with_the_shared_library() {
 #[test]
 fn c_threads_with_the_static_library() {
     c_threads(Link::Static);
+}
+
+#[test]
+fn c_append_and_truncate_in_place() {
+    let exe = compile("append", Link::Shared);
+    let mut program = Program::start(&mut Command::new(exe));
+    let [pid] = <[String; 1]>::try_from(program.pids(&["ready"])).expect("one pid");
+    let doc = show(&pid);
+    let contexts: Vec<&Value> = doc["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .map(|t| &t["context"])
+        .filter(|c| !c.is_null())
+        .collect();
+    assert_eq!(contexts.len(), 1, "{doc}");
+    let context = contexts[0];
+    assert_eq!(context["trace_id"], "31".repeat(16), "{doc}");
+    assert_eq!(context["span_id"], "c1".repeat(8), "{doc}");
+    assert_eq!(context["trace_flags"], 1, "{doc}");
+    // The two notes were appended and then truncated away; the agent was cut to 254 bytes.
+    assert_eq!(
+        context["attributes"],
+        serde_json::json!({
+            "http.route": "/items",
+            "http.method": "GET",
+            "user.agent": "\u{e9}".repeat(127),
+        }),
+        "{doc}"
+    );
+    check(&pid);
+    program.finish();
 }
 
 #[test]
