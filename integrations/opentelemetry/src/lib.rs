@@ -8,6 +8,11 @@
 //!   built for the purpose).
 //! - [`attach`]: makes a `Context`'s span the calling thread's context until the returned
 //!   [`Guard`] drops.
+//! - `observer::ThreadContextObserver` (feature `context-observer`): the OpenTelemetry
+//!   API's context observer, so that the thread context follows every `Context::attach`
+//!   and guard drop (including those of `tracing-opentelemetry` and of futures wrapped
+//!   with `FutureExt::with_context`) with no call in the service's code.
+//! - [`ThreadAttributes`]: attribute values a `Context` carries into its record.
 //!
 //! ```no_run
 //! use opentelemetry::trace::{Tracer, TracerProvider as _};
@@ -29,6 +34,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use opentelemetry::baggage::BaggageExt;
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry::{Array, Context, Value};
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -36,6 +42,11 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource as SdkResource;
 use otel_ctx_writer::process::{self, global, OwnedValue};
 use otel_ctx_writer::thread::{self, Attached, Key, ThreadContext};
+
+#[cfg(feature = "context-observer")]
+pub mod observer;
+#[cfg(feature = "context-observer")]
+pub use observer::ThreadContextObserver;
 
 /// `service.instance.id`, which the SDK's default resource leaves out.
 const SERVICE_INSTANCE_ID: &str = "service.instance.id";
@@ -178,23 +189,96 @@ impl fmt::Debug for Guard {
 /// invalid one), the thread has no context until then: a reader must not take the
 /// previous span for this one.
 ///
-/// Each call allocates one compact (64-byte) record; a service that switches spans often
-/// keeps [`ThreadContext`]s of its own, or uses a `tracing` layer.
+/// The record carries the attribute values the context holds ([`ThreadAttributes`]).
+/// Each call allocates one record (a compact, 64-byte one when there are no attributes);
+/// a service that switches spans often installs the observer (feature `context-observer`),
+/// which builds the record once per `Context`, or uses the `tracing` layer.
 pub fn attach(cx: &Context) -> Guard {
-    attach_with_attributes(cx, &[])
-}
-
-/// [`attach`], with attributes (keys registered with `otel_ctx_writer::thread::register`).
-/// Attributes that do not fit the 640-byte record are left out.
-pub fn attach_with_attributes(cx: &Context, attrs: &[(Key, &str)]) -> Guard {
-    let record = record_for(cx, attrs);
+    let record = record_for(cx, &[], &[]);
     Guard {
         previous: thread::swap(record.map(Attached::Context)),
         _not_send: PhantomData,
     }
 }
 
-fn record_for(cx: &Context, attrs: &[(Key, &str)]) -> Option<ThreadContext> {
+/// [`attach`], with attributes (keys registered with `otel_ctx_writer::thread::register`),
+/// after those the context carries ([`ThreadAttributes`]). Attributes that do not fit the
+/// 640-byte record are left out.
+pub fn attach_with_attributes(cx: &Context, attrs: &[(Key, &str)]) -> Guard {
+    let record = record_for(cx, &[], attrs);
+    Guard {
+        previous: thread::swap(record.map(Attached::Context)),
+        _not_send: PhantomData,
+    }
+}
+
+/// Attribute values a [`Context`] carries for the thread context, set by the service: the
+/// attributes of the record [`attach`] (or the observer) makes for the context, and for
+/// the contexts derived from it (a child span's context keeps its parent's values).
+///
+/// Put them in a context with [`ThreadAttributesExt::with_thread_attribute`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThreadAttributes {
+    entries: Vec<(Key, String)>,
+}
+
+impl ThreadAttributes {
+    /// No attributes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// These attributes with `key` set to `value` (replacing an earlier value of `key`).
+    #[must_use]
+    pub fn with(mut self, key: Key, value: &str) -> Self {
+        match self.entries.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => {
+                v.clear();
+                v.push_str(value);
+            }
+            None => self.entries.push((key, value.to_owned())),
+        }
+        self
+    }
+
+    /// The attributes, in the order they were first set.
+    pub fn iter(&self) -> impl Iterator<Item = (Key, &str)> {
+        self.entries.iter().map(|(k, v)| (*k, v.as_str()))
+    }
+
+    /// Whether no attribute is set.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Sets thread-context attribute values on a [`Context`].
+pub trait ThreadAttributesExt {
+    /// A copy of this context whose [`ThreadAttributes`] have `key` set to `value` (the
+    /// other values it carries are kept).
+    fn with_thread_attribute(&self, key: Key, value: &str) -> Context;
+}
+
+impl ThreadAttributesExt for Context {
+    fn with_thread_attribute(&self, key: Key, value: &str) -> Context {
+        let attributes = self
+            .get::<ThreadAttributes>()
+            .cloned()
+            .unwrap_or_default()
+            .with(key, value);
+        self.with_value(attributes)
+    }
+}
+
+/// The record for `cx`: its span context's ids and flags, then the attributes `explicit`,
+/// those the context carries ([`ThreadAttributes`]) and the baggage entries of
+/// `from_baggage` (baggage name, attribute key), each key once (the first value wins).
+/// `None` when the span context is not valid.
+pub(crate) fn record_for(
+    cx: &Context,
+    from_baggage: &[(String, Key)],
+    explicit: &[(Key, &str)],
+) -> Option<ThreadContext> {
     let span = cx.span();
     let context = span.span_context();
     if !context.is_valid() {
@@ -205,14 +289,29 @@ fn record_for(cx: &Context, attrs: &[(Key, &str)]) -> Option<ThreadContext> {
         context.span_id().to_bytes(),
         context.trace_flags().to_u8(),
     );
-    if attrs.is_empty() {
+    let carried = cx.get::<ThreadAttributes>().filter(|a| !a.is_empty());
+    if explicit.is_empty() && carried.is_none() && from_baggage.is_empty() {
         return ThreadContext::compact(trace_id, span_id, flags, &[]).ok();
     }
     let mut record = ThreadContext::new(trace_id, span_id, flags, &[]).ok()?;
-    for (key, value) in attrs {
-        if record.append_truncated(*key, value).is_err() {
+    let baggage = cx.baggage();
+    let from_baggage = from_baggage
+        .iter()
+        .filter_map(|(name, key)| Some((*key, baggage.get(name)?.as_str())));
+    let all = explicit
+        .iter()
+        .copied()
+        .chain(carried.into_iter().flat_map(ThreadAttributes::iter))
+        .chain(from_baggage);
+    let mut written: Vec<Key> = Vec::new();
+    for (key, value) in all {
+        if written.contains(&key) {
+            continue;
+        }
+        if record.append_truncated(key, value).is_err() {
             break;
         }
+        written.push(key);
     }
     Some(record)
 }

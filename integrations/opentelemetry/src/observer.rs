@@ -1,0 +1,321 @@
+//! The thread context that follows the OpenTelemetry [`Context`] a thread has attached,
+//! through the API's context observer (`opentelemetry`'s `experimental_context_observer`).
+//!
+//! Once [`ThreadContextObserver::install`] has run, every `Context` the API creates (a new
+//! span's, one with a value or baggage added) gets the observer's view of it: the thread
+//! context's record for it, built there, once (trace id, span id, trace flags, and the
+//! chosen attributes). Then:
+//!
+//! - **enter** (`Context::attach`, or a poll of a future wrapped with
+//!   `FutureExt::with_context`): the context's record goes into the calling thread's
+//!   `otel_thread_ctx_v1` slot, and what the slot held is kept on a per-thread stack. A
+//!   context whose span context is not valid (no span) attaches nothing: the slot is NULL
+//!   until it is exited, so a reader does not take the enclosing span for this code.
+//! - **exit** (the drop of the `ContextGuard`): the slot gets back what it held before the
+//!   matching enter, and the record returns to its view for the next enter of the same
+//!   `Context` (or of a clone: clones share the view).
+//!
+//! A record is in one slot at a time: an enter of a context whose record is already
+//! attached (on another thread, or lower on this thread's stack) attaches a copy, made then
+//! (one allocation). Every other enter and exit makes no allocation, takes no lock that
+//! waits, and makes no system call.
+//!
+//! Guards dropped out of order: the API notifies only when the innermost context is
+//! exited, naming the context that becomes current; the observer then restores what the
+//! slot held before that context's enter, skipping the enters whose guards were dropped
+//! earlier. Contexts created before the observer was installed have no view: their record
+//! is built at each enter, and they cannot be told apart from one another in that
+//! skipping, so out-of-order drops among them may restore an outer one of them early.
+//!
+//! Only one context observer can be installed in a process (the API's rule): the first
+//! one installed stays.
+//!
+//! Use it or the `tracing` layer (`otel-ctx-tracing`) for a span, not both: each keeps
+//! the slot on its own notion of the current span.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::fmt;
+use std::ptr;
+use std::sync::{Arc, Mutex, TryLockError};
+
+use opentelemetry::context::{ContextObserver, GlobalContextObserver, ObserverContextView};
+use opentelemetry::Context;
+use otel_ctx_writer::thread::{self, Attached, Key, RegistryError, ThreadContext};
+
+use crate::record_for;
+
+/// Keeps the calling thread's `otel_thread_ctx_v1` record on the OpenTelemetry `Context`
+/// it has attached; see the [module documentation](self).
+///
+/// ```no_run
+/// use otel_ctx_opentelemetry::observer::ThreadContextObserver;
+///
+/// ThreadContextObserver::builder()
+///     .baggage_attribute("tenant.id")? // the baggage entry `tenant.id`, as attribute
+///     .build()
+///     .install()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ThreadContextObserver {
+    /// Baggage entries taken as attributes: (baggage name, attribute key).
+    from_baggage: Arc<[(String, Key)]>,
+}
+
+/// Builds a [`ThreadContextObserver`] with the attributes it takes from baggage.
+#[derive(Debug, Default)]
+pub struct ThreadContextObserverBuilder {
+    from_baggage: Vec<(String, Key)>,
+}
+
+impl ThreadContextObserverBuilder {
+    /// Takes the baggage entry `name` as the attribute key of the same name, registering
+    /// the key in the process context's `threadlocal.attribute_key_map`.
+    pub fn baggage_attribute(self, name: &str) -> Result<Self, RegistryError> {
+        self.baggage_attribute_as(name, name)
+    }
+
+    /// Takes the baggage entry `name` as the attribute key `key`, registering the key.
+    pub fn baggage_attribute_as(mut self, name: &str, key: &str) -> Result<Self, RegistryError> {
+        let key = thread::register(key)?;
+        self.from_baggage.retain(|(n, _)| n != name);
+        self.from_baggage.push((name.to_owned(), key));
+        Ok(self)
+    }
+
+    /// The observer.
+    pub fn build(self) -> ThreadContextObserver {
+        ThreadContextObserver {
+            from_baggage: self.from_baggage.into(),
+        }
+    }
+}
+
+/// Why [`ThreadContextObserver::install`] did not install the observer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstallError {
+    /// A [`ThreadContextObserver`] was installed before: that one stays.
+    AlreadyInstalled,
+    /// Another context observer is installed in this process, and the API keeps one.
+    OtherObserver,
+}
+
+impl fmt::Display for InstallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::AlreadyInstalled => {
+                "a thread-context observer is already installed in this process; the first \
+                 one stays"
+            }
+            Self::OtherObserver => {
+                "another OpenTelemetry context observer is installed in this process, and \
+                 there can be only one"
+            }
+        })
+    }
+}
+
+impl std::error::Error for InstallError {}
+
+impl ThreadContextObserver {
+    /// An observer that records ids and flags, and the attributes contexts carry
+    /// ([`ThreadAttributes`](crate::ThreadAttributes)).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A builder, to take attributes from baggage.
+    pub fn builder() -> ThreadContextObserverBuilder {
+        ThreadContextObserverBuilder::default()
+    }
+
+    /// Makes this the process's context observer. Contexts created from then on get their
+    /// record; enters and exits from then on move them in and out of the slot.
+    pub fn install(self) -> Result<(), InstallError> {
+        match probe() {
+            Probe::Ours => return Err(InstallError::AlreadyInstalled),
+            Probe::Other => return Err(InstallError::OtherObserver),
+            Probe::None => {}
+        }
+        GlobalContextObserver::set(Arc::new(self));
+        match probe() {
+            Probe::Ours => Ok(()),
+            // Another thread installed one in between: ours was ignored.
+            Probe::Other | Probe::None => Err(InstallError::OtherObserver),
+        }
+    }
+
+    /// Whether a [`ThreadContextObserver`] is this process's context observer.
+    pub fn is_installed() -> bool {
+        matches!(probe(), Probe::Ours)
+    }
+}
+
+enum Probe {
+    Ours,
+    Other,
+    None,
+}
+
+/// What the installed observer makes of a new context.
+fn probe() -> Probe {
+    struct Marker;
+    let cx = Context::new().with_value(Marker);
+    match cx.observer_view() {
+        Some(view) if view.as_any().is::<View>() => Probe::Ours,
+        Some(_) => Probe::Other,
+        // An observer that makes no view is not ours either, but cannot be told from none.
+        None => Probe::None,
+    }
+}
+
+/// The observer's view of one `Context`, shared by its clones.
+struct View {
+    /// `None` when the context's span context is not valid: entering it detaches.
+    record: Option<Cached>,
+}
+
+struct Cached {
+    /// The record while it is in no slot.
+    spare: Mutex<Option<ThreadContext>>,
+    /// The record as built: to tell a record changed in place.
+    bytes: Box<[u8]>,
+}
+
+impl ObserverContextView for View {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl View {
+    /// The record to attach for `cx` (the context this view belongs to): the spare one, or
+    /// a new one when it is in a slot already.
+    fn take(&self, cx: &Context, from_baggage: &[(String, Key)]) -> Option<ThreadContext> {
+        let cached = self.record.as_ref()?;
+        let spare = match cached.spare.try_lock() {
+            Ok(mut spare) => spare.take(),
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner().take(),
+            // Another thread is taking or returning it right now: make a copy rather
+            // than wait.
+            Err(TryLockError::WouldBlock) => None,
+        };
+        spare.or_else(|| record_for(cx, from_baggage, &[]))
+    }
+
+    /// Takes back a record this view gave out; a record changed in place since (through
+    /// `otel_ctx_writer::thread::update` or `append`) is freed instead, and so is a
+    /// second copy.
+    fn give_back(&self, record: ThreadContext) {
+        let Some(cached) = &self.record else { return };
+        if record.as_bytes() != &*cached.bytes {
+            return;
+        }
+        let mut spare = match cached.spare.try_lock() {
+            Ok(spare) => spare,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        if spare.is_none() {
+            *spare = Some(record);
+        }
+    }
+}
+
+/// The view of `cx`, when the installed observer is this one and made it.
+fn view_of(cx: &Context) -> Option<&View> {
+    cx.observer_view().as_ref()?.as_any().downcast_ref::<View>()
+}
+
+/// What identifies a context with a view (the view's address, shared by its clones); `0`
+/// for every context without one.
+fn identity(cx: &Context) -> usize {
+    cx.observer_view()
+        .as_ref()
+        .map_or(0, |view| Arc::as_ptr(view).cast::<()>() as usize)
+}
+
+/// One enter on this thread, not yet exited.
+struct Entered {
+    /// The [`identity`] of the context that was current before the enter.
+    before: usize,
+    /// The record the enter attached, or null.
+    record: *const u8,
+    /// What the slot held before the enter.
+    previous: Option<Attached>,
+}
+
+thread_local! {
+    /// This thread's enters, innermost last. It grows to the deepest nesting once and is
+    /// reused after: enter and exit do not allocate.
+    static ENTERED: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
+}
+
+impl ContextObserver for ThreadContextObserver {
+    fn make_view(&self, cx: &Context) -> Option<Arc<dyn ObserverContextView>> {
+        let record = record_for(cx, &self.from_baggage, &[]).map(|record| Cached {
+            bytes: record.as_bytes().into(),
+            spare: Mutex::new(Some(record)),
+        });
+        Some(Arc::new(View { record }))
+    }
+
+    fn on_context_enter(&self, from: &Context, to: &Context) {
+        // Called with the API's own thread-local state borrowed: nothing here calls back
+        // into `Context::current` or `attach`.
+        let record = match view_of(to) {
+            Some(view) => view.take(to, &self.from_baggage),
+            // Made before the observer was installed: built now.
+            None => record_for(to, &self.from_baggage, &[]),
+        };
+        let address = record.as_ref().map_or(ptr::null(), ThreadContext::as_ptr);
+        let previous = thread::swap(record.map(Attached::Context));
+        let mut entered = Some(Entered {
+            before: identity(from),
+            record: address,
+            previous,
+        });
+        let _ = ENTERED.try_with(|stack| {
+            if let Some(entered) = entered.take() {
+                stack.borrow_mut().push(entered);
+            }
+        });
+        // While the thread's locals are being destroyed there is no stack to keep the
+        // previous value on: the enter is undone rather than left without its exit.
+        if let Some(entered) = entered {
+            drop(thread::swap(entered.previous));
+        }
+    }
+
+    fn on_context_exit(&self, from: &Context, to: &Context) {
+        let _ = ENTERED.try_with(|stack| {
+            let mut stack = stack.borrow_mut();
+            let Some(top) = stack.pop() else {
+                // An enter from before the observer was installed: nothing to restore.
+                return;
+            };
+            let target = identity(to);
+            let mut restore = top.previous;
+            if top.before != target {
+                // Guards dropped out of order: the contexts entered between `to` and
+                // `from` were exited without a notification. Their enters go too, down to
+                // the one made from `to`; if there is none, only the innermost one.
+                if let Some(position) = stack.iter().rposition(|e| e.before == target) {
+                    for entered in stack.drain(position..).rev() {
+                        // The record of an exited context: freed.
+                        drop(std::mem::replace(&mut restore, entered.previous));
+                    }
+                }
+            }
+            let returned = thread::swap(restore);
+            if let Some(Attached::Context(record)) = returned {
+                if record.as_ptr() == top.record {
+                    if let Some(view) = view_of(from) {
+                        view.give_back(record);
+                    }
+                }
+            }
+        });
+    }
+}
