@@ -2,62 +2,21 @@
 //! judged by `otel-ctx check` (run as root: thread contexts are read through ptrace).
 //!
 //! - `c/process_reference.c`, written only against the reference-compatible
-//!   `otel_process_ctx.h`, linked with the shared and with the static library;
-//! - `c/threads.c`, three threads attaching contexts through `otel_ctx.h`, both ways;
+//!   `otel_process_ctx.h`, linked with the shared and with the static library, and with
+//!   `musl-gcc` against the musl static library (static-PIE, and `-static`);
+//! - `c/threads.c`, three threads attaching contexts through `otel_ctx.h`, both ways and
+//!   as a static-PIE musl executable;
 //! - `c/append.c`, the in-place append and truncate of `otel_ctx.h` and their refusals;
 //! - `python/threads.py`, the same through `ctypes`.
 
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 use serde_json::Value;
-use support::built;
-
-/// How a C program is linked.
-#[derive(Clone, Copy, Debug)]
-enum Link {
-    Shared,
-    Static,
-}
-
-/// Compiles `tests/c/<source>.c` with gcc against the library, linked as `link`.
-fn compile(source: &str, link: Link) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{source}-{link:?}"));
-    let mut gcc = Command::new("gcc");
-    gcc.args(["-std=c11", "-Wall", "-Werror", "-O1", "-pthread", "-I"])
-        .arg(root.join("include"))
-        .arg("-o")
-        .arg(&out)
-        .arg(root.join("tests/c").join(format!("{source}.c")));
-    match link {
-        Link::Shared => {
-            let dir = built().shared.parent().expect("a directory");
-            gcc.arg(&built().shared)
-                .arg(format!("-Wl,-rpath,{}", dir.display()));
-        }
-        // The static library brings the symbol; the executable must put it in .dynsym.
-        Link::Static => {
-            gcc.arg(&built().archive).args([
-                "-Wl,--export-dynamic-symbol=otel_thread_ctx_v1",
-                "-lgcc_s",
-                "-lutil",
-                "-lrt",
-                "-lpthread",
-                "-lm",
-                "-ldl",
-            ]);
-        }
-    }
-    let status = gcc
-        .status()
-        .unwrap_or_else(|e| panic!("run gcc: {e} (install gcc)"));
-    assert!(status.success(), "gcc {source}.c ({link:?}) failed");
-    out
-}
+use support::{built, compile, Link};
 
 /// A started program: it prints `ready <pid>` (after `child <pid>` for a forked one) and
 /// waits for its stdin to close.
@@ -131,20 +90,37 @@ fn show(pid: &str) -> Value {
 
 /// `otel-ctx check <pid>` passes.
 fn check(pid: &str) {
-    let out = Command::new(&built().otel_ctx)
-        .args(["check", pid, "--observe", "200ms"])
-        .output()
-        .expect("run otel-ctx");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "otel-ctx check {pid}:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    check_failing(pid, &[]);
 }
 
-fn process_reference(link: Link) {
+/// `otel-ctx check <pid>` fails exactly the rules `failing` (none: it passes).
+fn check_failing(pid: &str, failing: &[&str]) {
+    let out = Command::new(&built().otel_ctx)
+        .args(["check", pid, "--observe", "200ms", "--json"])
+        .output()
+        .expect("run otel-ctx");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "otel-ctx check {pid} --json: {e}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let failed: Vec<&str> = doc["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter(|r| r["status"] == "fail")
+        .filter_map(|r| r["id"].as_str())
+        .collect();
+    assert_eq!(failed, failing, "otel-ctx check {pid}: {doc}");
+    let code = if failing.is_empty() { 0 } else { 1 };
+    assert_eq!(out.status.code(), Some(code), "otel-ctx check {pid}: {doc}");
+}
+
+/// Runs `c/process_reference.c` linked as `link`; `otel-ctx show` finds the slot with
+/// the access model and in the symbol table of `slot`, and `otel-ctx check` fails exactly
+/// the rules `failing`, for it and its forked child.
+fn process_reference(link: Link, slot: [&str; 2], failing: &[&str]) {
     let exe = compile("process_reference", link);
     let mut program = Program::start(&mut Command::new(exe));
     let [parent, child] =
@@ -161,6 +137,12 @@ fn process_reference(link: Link) {
         assert_eq!(resource["deployment.environment.name"], "test", "{doc}");
         assert_eq!(resource["telemetry.sdk.language"], "c", "{doc}");
         assert_eq!(resource["host.name"], "c-host", "{doc}");
+        let found = &doc["thread_context"];
+        assert_eq!(
+            [&found["access_model"], &found["symbol_table"]],
+            slot,
+            "{doc}"
+        );
         let attributes = &doc["process_context"]["attributes"];
         assert_eq!(attributes["example.extra"], "yes", "{doc}");
         assert_eq!(
@@ -168,19 +150,45 @@ fn process_reference(link: Link) {
             serde_json::json!(["http.route", "http.method"]),
             "{doc}"
         );
-        check(pid);
+        check_failing(pid, failing);
     }
     program.finish();
 }
 
+/// The library is loaded at start-up: glibc resolves its TLSDESC access to the static TLS
+/// block.
 #[test]
 fn reference_program_with_the_shared_library() {
-    process_reference(Link::Shared);
+    process_reference(Link::Shared, ["tlsdesc-static", "dynsym"], &[]);
 }
 
+/// GNU ld turns the archive's TLSDESC access into initial-exec, with a `TPOFF64`
+/// relocation that the dynamic loader applies.
 #[test]
 fn reference_program_with_the_static_library() {
-    process_reference(Link::Static);
+    process_reference(Link::Static, ["initial-exec", "dynsym"], &[]);
+}
+
+/// A static-PIE musl executable has a `.dynsym`, where the slot is exported; lld made the
+/// access local-exec.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn reference_program_with_the_musl_static_library_as_static_pie() {
+    process_reference(Link::MuslStaticPie, ["local-exec", "dynsym"], &[]);
+}
+
+/// `musl-gcc -static` makes an executable that is not position-independent and has no
+/// `.dynsym`: `otel-ctx show` reads it (the slot is found in `.symtab`), and the one rule
+/// `otel-ctx check` fails is that the slot is not in `.dynsym`, where readers following
+/// the specification look.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn reference_program_with_musl_gcc_static() {
+    process_reference(
+        Link::MuslStatic,
+        ["local-exec", "symtab"],
+        &["tc.symbol.dynsym"],
+    );
 }
 
 /// Checks the three threads' contexts of `pid`: trace id `first_byte * (i + 1)` repeated,
@@ -236,6 +244,14 @@ fn c_threads_with_the_shared_library() {
 #[test]
 fn c_threads_with_the_static_library() {
     c_threads(Link::Static);
+}
+
+/// Three threads of a static-PIE musl executable: the reader finds each thread's block
+/// from musl's thread pointer and the local-exec offset.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn c_threads_with_the_musl_static_library_as_static_pie() {
+    c_threads(Link::MuslStaticPie);
 }
 
 #[test]
