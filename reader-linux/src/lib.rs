@@ -25,11 +25,15 @@
 //!   `otel_thread_ctx_v1`, in every TLS access model ([`resolve`], [`ElfTls`]), read
 //!   while the thread is held by a [`StoppedThread`]; [`ThreadReader::sample_into`]
 //!   samples without allocating.
+//! - `EbpfSampler` (feature `ebpf`): the same contexts sampled by a BPF program on a
+//!   CPU-clock perf event, without stopping threads.
 //! - [`Error`]: one enum whose messages say what to do.
 #![warn(missing_docs)]
 // Every system call that needs `unsafe` is in `sys`, which allows it for itself.
 #![deny(unsafe_code)]
 
+#[cfg(feature = "ebpf")]
+mod ebpf;
 mod error;
 mod maps;
 mod memory;
@@ -40,6 +44,11 @@ mod sys;
 mod threads;
 mod tls;
 
+#[cfg(feature = "ebpf")]
+pub use ebpf::{
+    EbpfCounters, EbpfError, EbpfOptions, EbpfSample, EbpfSampler, EBPF_MAX_ATTRS,
+    EBPF_MAX_RECORD_SIZE,
+};
 pub use error::{Error, Malformed};
 pub use maps::{
     ContextMapping, MappingKind, MappingName, MapsLine, MapsScanner, MAX_CANDIDATES,

@@ -385,15 +385,27 @@ impl ThreadReader {
         let SlotContents::Record { address, header } = contents else {
             return Ok(None);
         };
-        let attrs_data = &buffer.attrs_data[..];
+        Ok(Some(self.name_record(header, address, &buffer.attrs_data)))
+    }
+
+    /// Names the attributes of a valid record that was copied out of the target some
+    /// other way (the eBPF sampler's ring buffer), exactly as
+    /// [`sample_into`](Self::sample_into) names its own: the cached key map, refreshed
+    /// once when an index lies past it.
+    pub fn name_record<'a>(
+        &'a mut self,
+        header: RecordHeader,
+        record_address: u64,
+        attrs_data: &'a [u8],
+    ) -> ThreadContextRef<'a> {
         let resolved = self.resolve_attrs(attrs_data);
-        Ok(Some(ThreadContextRef {
+        ThreadContextRef {
             header,
-            record_address: address,
+            record_address,
             attrs_data,
             resolved,
             key_map: self.key_map.as_deref().unwrap_or(&[]),
-        }))
+        }
     }
 
     fn key_map_len(&self) -> usize {

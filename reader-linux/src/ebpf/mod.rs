@@ -1,0 +1,421 @@
+//! The eBPF thread-context sampler (feature `ebpf`): reads every thread's context at
+//! sample time without stopping it.
+//!
+//! A CPU-clock perf event ticks at N Hz on every CPU; on each tick a BPF program
+//! (`ebpf/sampler.bpf.c`, built by clang in `build.rs`) checks whether the interrupted
+//! task belongs to the target process, reads its thread pointer from the kernel's task
+//! structure (BTF / CO-RE: `thread.fsbase` on x86_64, `thread.uw.tp_value` on aarch64),
+//! finds the `otel_thread_ctx_v1` slot with the parameters computed here from the
+//! [`ThreadReader`]'s [`Resolution`] (an offset from the thread pointer, or the glibc or
+//! musl DTV walk with the same bounds checks as [`Resolution::slot_address`]), and copies
+//! the record (28-byte header and attrs-data, at most [`EBPF_MAX_RECORD_SIZE`] bytes) into
+//! a ring buffer. User space decodes the samples into the reader's own types and names
+//! the attributes with the key map ([`ThreadReader::name_record`]), as the ptrace path
+//! does.
+//!
+//! A thread is sampled only while it runs on a CPU: a thread blocked for the whole
+//! interval yields no sample, which is what a CPU profiler wants. The program is loaded
+//! and attached with aya; the loader needs root (or `CAP_BPF` with `CAP_PERFMON`) and a
+//! kernel that exposes BTF in `/sys/kernel/btf/vmlinux`.
+
+mod wire;
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
+use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::PerfEvent;
+use aya::{Ebpf, EbpfLoader};
+
+use crate::threads::{ThreadContextRef, ThreadReader};
+use crate::tls::{Resolution, SampleError, SlotContents};
+
+pub use wire::{EBPF_MAX_ATTRS, EBPF_MAX_RECORD_SIZE};
+
+/// The BPF object `build.rs` compiled from `ebpf/sampler.bpf.c`.
+static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
+const PROGRAM_NAME: &str = "sample_thread_context";
+const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+/// How an [`EbpfSampler`] samples. Start from `EbpfOptions::default()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EbpfOptions {
+    /// Ticks per second on each CPU. Default 99.
+    pub frequency_hz: u64,
+    /// Largest record copied, at most [`EBPF_MAX_RECORD_SIZE`] (the default); larger
+    /// records are reported as [`SampleError::RecordTooLarge`].
+    pub max_record_size: usize,
+}
+
+impl Default for EbpfOptions {
+    fn default() -> Self {
+        Self {
+            frequency_hz: 99,
+            max_record_size: EBPF_MAX_RECORD_SIZE,
+        }
+    }
+}
+
+impl EbpfOptions {
+    /// Sets [`frequency_hz`](Self::frequency_hz).
+    #[must_use]
+    pub const fn with_frequency_hz(mut self, hz: u64) -> Self {
+        self.frequency_hz = hz;
+        self
+    }
+
+    /// Sets [`max_record_size`](Self::max_record_size).
+    #[must_use]
+    pub const fn with_max_record_size(mut self, max: usize) -> Self {
+        self.max_record_size = max;
+        self
+    }
+}
+
+/// Why the eBPF sampler cannot run. The ptrace reader ([`ThreadReader`]) still works in
+/// every one of these cases.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum EbpfError {
+    /// The kernel exposes no BTF, which the program's CO-RE relocations need.
+    NoBtf,
+    /// The kernel refused for lack of privilege.
+    Permission {
+        /// What was refused.
+        what: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// The program could not be loaded (the verifier's log, or a relocation the running
+    /// kernel cannot satisfy).
+    Load(String),
+    /// A perf event could not be opened or attached.
+    Attach {
+        /// The CPU.
+        cpu: u32,
+        /// What the kernel said.
+        message: String,
+    },
+    /// The sampling frequency is 0.
+    Frequency,
+    /// A map of the program could not be used, or the CPUs could not be listed.
+    Setup(String),
+    /// Waiting for samples failed.
+    Poll(io::Error),
+}
+
+impl fmt::Display for EbpfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoBtf => write!(
+                f,
+                "the eBPF sampler needs the kernel's BTF ({BTF_PATH} is missing: a kernel \
+                 built without CONFIG_DEBUG_INFO_BTF); sample without --ebpf (ptrace) instead"
+            ),
+            Self::Permission { what, source } => write!(
+                f,
+                "the kernel refused to {what} ({source}): the eBPF sampler needs root, or \
+                 CAP_BPF and CAP_PERFMON; sample without --ebpf (ptrace) instead"
+            ),
+            Self::Load(message) => write!(
+                f,
+                "the kernel did not accept the eBPF sampler: {message}; sample without \
+                 --ebpf (ptrace) instead"
+            ),
+            Self::Attach { cpu, message } => write!(
+                f,
+                "cannot attach the eBPF sampler to a CPU-clock perf event on CPU {cpu}: \
+                 {message} (a frequency above kernel.perf_event_max_sample_rate is refused \
+                 too)"
+            ),
+            Self::Frequency => write!(f, "the sampling frequency must be at least 1 Hz"),
+            Self::Setup(message) => write!(f, "cannot set up the eBPF sampler: {message}"),
+            Self::Poll(e) => write!(f, "waiting for eBPF samples failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EbpfError {}
+
+/// The error's message followed by its sources', and the first OS error among them.
+fn explain<'a>(error: &'a (dyn std::error::Error + 'static)) -> (String, Option<&'a io::Error>) {
+    let mut message = error.to_string();
+    let mut os = None;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = next {
+        if os.is_none() {
+            os = e.downcast_ref::<io::Error>();
+        }
+        if !std::ptr::eq(e, error) {
+            let part = e.to_string();
+            if !message.contains(&part) {
+                message.push_str(": ");
+                message.push_str(&part);
+            }
+        }
+        next = e.source();
+    }
+    (message, os)
+}
+
+fn is_permission(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+}
+
+/// Classifies a loader error: privilege, or anything else the kernel said.
+fn load_error(what: &str, error: &(dyn std::error::Error + 'static)) -> EbpfError {
+    let (message, os) = explain(error);
+    match os {
+        Some(e) if is_permission(e) => EbpfError::Permission {
+            what: what.to_owned(),
+            source: io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EPERM)),
+        },
+        _ => EbpfError::Load(format!("{what}: {message}")),
+    }
+}
+
+/// Counts kept by the program, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EbpfCounters {
+    /// Ticks that interrupted a thread of the target.
+    pub ticks: u64,
+    /// Samples lost because the ring buffer was full (user space read too slowly).
+    pub lost: u64,
+}
+
+/// One thread's context as the BPF program read it at a tick.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct EbpfSample<'a> {
+    /// The interrupted thread.
+    pub tid: u32,
+    /// Its thread pointer.
+    pub thread_pointer: u64,
+    /// The slot's address (`None` when the thread has no TLS block for the module, or the
+    /// walk to the slot failed).
+    pub slot: Option<u64>,
+    /// What the slot held: as [`crate::read_slot_into`] reports it (a thread without a
+    /// TLS block for the module reads as `Null`), or why it could not be read.
+    pub contents: Result<SlotContents, SampleError>,
+    /// The attrs-data of a valid record (empty otherwise).
+    pub attrs_data: &'a [u8],
+}
+
+/// The eBPF sampler of one process. Dropping it detaches the program from every CPU.
+pub struct EbpfSampler {
+    // Holds the program and its perf-event links: dropped last, it detaches them.
+    _ebpf: Ebpf,
+    config: Array<MapData, [u64; wire::CONFIG_WORDS]>,
+    counters: PerCpuArray<MapData, u64>,
+    ring: RingBuf<MapData>,
+    tgid: u32,
+    generation: u64,
+    max_record_size: usize,
+    resolution: Resolution,
+    /// The entry being handed out, copied out of the ring buffer.
+    entry: Vec<u8>,
+}
+
+impl fmt::Debug for EbpfSampler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EbpfSampler")
+            .field("tgid", &self.tgid)
+            .field("generation", &self.generation)
+            .field("resolution", &self.resolution)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EbpfSampler {
+    /// Loads the program, points it at `reader`'s process and slot, and attaches it to a
+    /// CPU-clock perf event on every online CPU.
+    pub fn start(reader: &ThreadReader, options: EbpfOptions) -> Result<Self, EbpfError> {
+        if options.frequency_hz == 0 {
+            return Err(EbpfError::Frequency);
+        }
+        if !Path::new(BTF_PATH).exists() {
+            return Err(EbpfError::NoBtf);
+        }
+        let mut ebpf = EbpfLoader::new()
+            .load(PROGRAM)
+            .map_err(|e| load_error("load the BPF object", &e))?;
+        let map = |ebpf: &mut Ebpf, name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| EbpfError::Setup(format!("the program has no map {name:?}")))
+        };
+        let config = Array::try_from(map(&mut ebpf, "config")?)
+            .map_err(|e| EbpfError::Setup(explain(&e).0))?;
+        let counters = PerCpuArray::try_from(map(&mut ebpf, "counters")?)
+            .map_err(|e| EbpfError::Setup(explain(&e).0))?;
+        let ring = RingBuf::try_from(map(&mut ebpf, "samples")?)
+            .map_err(|e| EbpfError::Setup(explain(&e).0))?;
+        let mut sampler = Self {
+            _ebpf: ebpf,
+            config,
+            counters,
+            ring,
+            tgid: reader.pid(),
+            generation: 0,
+            max_record_size: options.max_record_size.min(EBPF_MAX_RECORD_SIZE),
+            resolution: reader.resolution().clone(),
+            entry: Vec::with_capacity(wire::SAMPLE_SIZE),
+        };
+        // Configured before the first tick can run it.
+        sampler.write_config()?;
+
+        let program: &mut PerfEvent = sampler
+            ._ebpf
+            .program_mut(PROGRAM_NAME)
+            .ok_or_else(|| EbpfError::Setup(format!("the object has no program {PROGRAM_NAME}")))?
+            .try_into()
+            .map_err(|e| EbpfError::Setup(explain(&e).0))?;
+        program
+            .load()
+            .map_err(|e| load_error("load the BPF program", &e))?;
+        let cpus = aya::util::online_cpus().map_err(|(what, e)| {
+            EbpfError::Setup(format!("cannot list the online CPUs ({what}): {e}"))
+        })?;
+        for cpu in cpus {
+            program
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(options.frequency_hz),
+                    false,
+                )
+                .map_err(|e| {
+                    let (message, os) = explain(&e);
+                    match os {
+                        Some(os) if is_permission(os) => EbpfError::Permission {
+                            what: format!("open a CPU-clock perf event on CPU {cpu}"),
+                            source: io::Error::from_raw_os_error(
+                                os.raw_os_error().unwrap_or(libc::EPERM),
+                            ),
+                        },
+                        _ => EbpfError::Attach { cpu, message },
+                    }
+                })?;
+        }
+        Ok(sampler)
+    }
+
+    fn write_config(&mut self) -> Result<(), EbpfError> {
+        let words = wire::config_words(
+            self.tgid,
+            &self.resolution,
+            self.generation,
+            self.max_record_size,
+        );
+        self.config
+            .set(0, words, 0)
+            .map_err(|e| EbpfError::Setup(explain(&e).0))
+    }
+
+    /// The process sampled.
+    pub const fn pid(&self) -> u32 {
+        self.tgid
+    }
+
+    /// The resolution the program uses.
+    pub const fn resolution(&self) -> &Resolution {
+        &self.resolution
+    }
+
+    /// The largest record copied.
+    pub const fn max_record_size(&self) -> usize {
+        self.max_record_size
+    }
+
+    /// Points the program at a new slot location (after
+    /// [`ThreadReader::refresh_modules`] found the modules changed). Samples taken with
+    /// the old one are dropped.
+    pub fn set_resolution(&mut self, resolution: &Resolution) -> Result<(), EbpfError> {
+        if *resolution == self.resolution {
+            return Ok(());
+        }
+        self.resolution = resolution.clone();
+        self.generation += 1;
+        self.write_config()
+    }
+
+    /// Waits up to `timeout` for samples; returns whether some are ready.
+    pub fn wait(&self, timeout: Duration) -> Result<bool, EbpfError> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let timeout = Timespec {
+            tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(&self.ring, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(n) => Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => Ok(false),
+            Err(e) => Err(EbpfError::Poll(e.into())),
+        }
+    }
+
+    /// The next sample, if one is ready. Samples computed with an earlier resolution are
+    /// skipped.
+    pub fn next_sample(&mut self) -> Option<EbpfSample<'_>> {
+        loop {
+            {
+                let item = self.ring.next()?;
+                self.entry.clear();
+                self.entry.extend_from_slice(&item);
+                // `item` is dropped here: its space in the ring is released.
+            }
+            let Some(decoded) = wire::decode(&self.entry, self.max_record_size) else {
+                continue;
+            };
+            if decoded.generation != self.generation {
+                continue;
+            }
+            return Some(EbpfSample {
+                tid: decoded.tid,
+                thread_pointer: decoded.thread_pointer,
+                slot: decoded.slot,
+                contents: decoded.contents,
+                attrs_data: &self.entry[decoded.attrs],
+            });
+        }
+    }
+
+    /// The next sample as the ptrace path's [`ThreadReader::sample_into`] reports it:
+    /// the thread, and its context named with `reader`'s key map (`Ok(None)`: no
+    /// context).
+    #[allow(clippy::type_complexity)]
+    pub fn next_context<'a>(
+        &'a mut self,
+        reader: &'a mut ThreadReader,
+    ) -> Option<(u32, Result<Option<ThreadContextRef<'a>>, SampleError>)> {
+        let sample = self.next_sample()?;
+        let tid = sample.tid;
+        let context = match sample.contents {
+            Ok(SlotContents::Record { address, header }) => {
+                Ok(Some(reader.name_record(header, address, sample.attrs_data)))
+            }
+            Ok(_) => Ok(None),
+            Err(e) => Err(e),
+        };
+        Some((tid, context))
+    }
+
+    /// The program's counts, summed over CPUs.
+    pub fn counters(&self) -> Result<EbpfCounters, EbpfError> {
+        let sum = |index: u32| -> Result<u64, EbpfError> {
+            let values = self
+                .counters
+                .get(&index, 0)
+                .map_err(|e| EbpfError::Setup(explain(&e).0))?;
+            Ok(values.iter().copied().fold(0u64, u64::wrapping_add))
+        };
+        Ok(EbpfCounters {
+            ticks: sum(0)?,
+            lost: sum(1)?,
+        })
+    }
+}

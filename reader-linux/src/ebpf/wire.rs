@@ -1,0 +1,317 @@
+//! The bytes exchanged with the BPF program (`ebpf/sampler.bpf.c`): the configuration
+//! words user space writes, and the samples the program sends through its ring buffer.
+//! Both are parsed and built field by field from native-endian bytes, so no `unsafe`
+//! reinterpretation of memory is needed.
+
+use std::io;
+
+use otel_ctx_codec::record::{RecordHeader, RECORD_HEADER_SIZE};
+
+use crate::tls::{Libc, Machine, Resolution, SampleError, SlotContents, SlotLocation, TlsError};
+
+/// Number of `u64` words of `struct ctx_config`.
+pub(crate) const CONFIG_WORDS: usize = 9;
+
+/// The largest attrs-data a sample carries (`MAX_ATTRS`): records of up to 640 bytes.
+pub const EBPF_MAX_ATTRS: usize = 612;
+
+/// The largest record the eBPF sampler copies: 640 bytes, the size the spec recommends as
+/// every reader's bound.
+pub const EBPF_MAX_RECORD_SIZE: usize = RECORD_HEADER_SIZE + EBPF_MAX_ATTRS;
+
+const MODE_TP_OFFSET: u64 = 1;
+const MODE_DTV: u64 = 2;
+
+/// `struct ctx_config` as words: what the program needs to find the slot.
+pub(crate) fn config_words(
+    tgid: u32,
+    resolution: &Resolution,
+    generation: u64,
+    max_record_size: usize,
+) -> [u64; CONFIG_WORDS] {
+    // The same layouts as `Resolution::slot_address`: where the DTV pointer sits relative
+    // to the thread pointer, the entry size, and where the DTV's length word is.
+    let (mode, tp_offset, module_id, offset, entry_shift, bound_at) = match resolution.location {
+        SlotLocation::TpOffset(offset) => (MODE_TP_OFFSET, offset, 0, 0, 0, 0i64),
+        SlotLocation::Dtv { module_id, offset } => {
+            let dtv_at: i64 = match (resolution.libc, resolution.machine) {
+                (Libc::Glibc | Libc::Musl, Machine::X86_64) => 8,
+                (Libc::Glibc, Machine::Aarch64) => 0,
+                (Libc::Musl, Machine::Aarch64) => -8,
+            };
+            let (entry_shift, bound_at) = match resolution.libc {
+                // 16-byte entries; dtv[-1] holds the number of entries.
+                Libc::Glibc => (4, -16),
+                // 8-byte entries; dtv[0] holds the number of modules.
+                Libc::Musl => (3, 0),
+            };
+            (MODE_DTV, dtv_at, module_id, offset, entry_shift, bound_at)
+        }
+    };
+    let max_attrs = max_record_size
+        .saturating_sub(RECORD_HEADER_SIZE)
+        .min(EBPF_MAX_ATTRS);
+    [
+        u64::from(tgid),
+        mode,
+        tp_offset as u64,
+        module_id,
+        offset,
+        entry_shift,
+        bound_at as u64,
+        generation,
+        max_attrs as u64,
+    ]
+}
+
+// `struct ctx_sample`'s offsets.
+const TID: usize = 0;
+const STATE: usize = 4;
+const GENERATION: usize = 8;
+const THREAD_POINTER: usize = 16;
+const SLOT: usize = 24;
+const RECORD: usize = 32;
+const FAULT_ADDR: usize = 40;
+const FAULT_WHAT: usize = 48;
+const ATTRS_LEN: usize = 52;
+const HEADER: usize = 54;
+const ATTRS: usize = HEADER + RECORD_HEADER_SIZE;
+/// `sizeof(struct ctx_sample)`.
+pub(crate) const SAMPLE_SIZE: usize = ATTRS + EBPF_MAX_ATTRS + 2;
+
+const STATE_NO_TLS_BLOCK: u32 = 0;
+const STATE_NULL: u32 = 1;
+const STATE_INVALID: u32 = 2;
+const STATE_RECORD: u32 = 3;
+const STATE_MISALIGNED: u32 = 4;
+const STATE_TOO_LARGE: u32 = 5;
+const STATE_FAULT: u32 = 6;
+const STATE_NO_CONFIG: u32 = 7;
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    let mut w = [0u8; 2];
+    w.copy_from_slice(&b[at..at + 2]);
+    u16::from_ne_bytes(w)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_ne_bytes(w)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_ne_bytes(w)
+}
+
+/// One decoded ring-buffer entry, its attrs-data left in the entry.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    pub tid: u32,
+    pub generation: u64,
+    pub thread_pointer: u64,
+    pub slot: Option<u64>,
+    pub contents: Result<SlotContents, SampleError>,
+    /// The attrs-data's range in the entry (empty unless a valid record).
+    pub attrs: std::ops::Range<usize>,
+}
+
+fn fault_error(what: u32, address: u64) -> SampleError {
+    let source = io::Error::from_raw_os_error(libc::EFAULT);
+    let tls = |what| {
+        SampleError::Tls(TlsError::Memory {
+            what,
+            addr: address,
+            source: io::Error::from_raw_os_error(libc::EFAULT),
+        })
+    };
+    let what = match what {
+        1 => return tls("the thread's DTV pointer"),
+        2 => return tls("the DTV length"),
+        3 => return tls("a DTV entry"),
+        4 => "the otel_thread_ctx_v1 slot",
+        5 => "the record header",
+        6 => "the record's attrs-data",
+        7 => "the task's thread pointer",
+        _ => "target memory",
+    };
+    SampleError::Memory {
+        what,
+        address,
+        source,
+    }
+}
+
+/// Decodes a ring-buffer entry; `None` for an entry that is not a sample of this
+/// program (wrong size) or one taken before the program was configured.
+pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
+    if entry.len() < SAMPLE_SIZE {
+        return None;
+    }
+    let state = u32_at(entry, STATE);
+    let slot = u64_at(entry, SLOT);
+    let record = u64_at(entry, RECORD);
+    let header = || RecordHeader::read(&entry[HEADER..ATTRS]).ok();
+    let mut attrs = ATTRS..ATTRS;
+    let contents = match state {
+        STATE_NO_TLS_BLOCK | STATE_NULL => Ok(SlotContents::Null),
+        STATE_INVALID => Ok(SlotContents::Invalid {
+            address: record,
+            valid: entry[HEADER + 24],
+        }),
+        STATE_RECORD => {
+            let header = header()?;
+            let len = usize::from(u16_at(entry, ATTRS_LEN));
+            // The program copies exactly attrs_data_size bytes, never more than fit.
+            if len != usize::from(header.attrs_data_size()) || len > EBPF_MAX_ATTRS {
+                return None;
+            }
+            attrs = ATTRS..ATTRS + len;
+            Ok(SlotContents::Record {
+                address: record,
+                header,
+            })
+        }
+        STATE_MISALIGNED => Err(SampleError::Misaligned { address: record }),
+        STATE_TOO_LARGE => Err(SampleError::RecordTooLarge {
+            size: header()?.record_size(),
+            limit,
+        }),
+        STATE_FAULT => Err(fault_error(
+            u32_at(entry, FAULT_WHAT),
+            u64_at(entry, FAULT_ADDR),
+        )),
+        STATE_NO_CONFIG => return None,
+        _ => return None,
+    };
+    Some(Decoded {
+        tid: u32_at(entry, TID),
+        generation: u64_at(entry, GENERATION),
+        thread_pointer: u64_at(entry, THREAD_POINTER),
+        // The program leaves 0 where no slot was computed.
+        slot: (slot != 0).then_some(slot),
+        contents,
+        attrs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::{AccessModel, SymbolTable};
+
+    fn resolution(location: SlotLocation, libc: Libc, machine: Machine) -> Resolution {
+        Resolution {
+            module: "/lib/libw.so".into(),
+            defining_module: "/lib/libw.so".into(),
+            symbol_table: SymbolTable::Dynsym,
+            model: AccessModel::GeneralDynamic,
+            location,
+            libc,
+            machine,
+        }
+    }
+
+    #[test]
+    fn configuration_mirrors_slot_address() {
+        let r = resolution(SlotLocation::TpOffset(-72), Libc::Glibc, Machine::X86_64);
+        let w = config_words(42, &r, 3, 640);
+        assert_eq!(w, [42, 1, (-72i64) as u64, 0, 0, 0, 0, 3, 612]);
+        let dtv = SlotLocation::Dtv {
+            module_id: 2,
+            offset: 16,
+        };
+        for (libc, machine, dtv_at, shift, bound_at) in [
+            (Libc::Glibc, Machine::X86_64, 8i64, 4, -16i64),
+            (Libc::Glibc, Machine::Aarch64, 0, 4, -16),
+            (Libc::Musl, Machine::X86_64, 8, 3, 0),
+            (Libc::Musl, Machine::Aarch64, -8, 3, 0),
+        ] {
+            let w = config_words(7, &resolution(dtv, libc, machine), 1, 100);
+            assert_eq!(
+                w,
+                [7, 2, dtv_at as u64, 2, 16, shift, bound_at as u64, 1, 72],
+                "{libc:?} {machine:?}"
+            );
+        }
+    }
+
+    fn entry(state: u32, header: &[u8; 28], attrs: &[u8]) -> Vec<u8> {
+        let mut e = vec![0u8; SAMPLE_SIZE];
+        e[TID..TID + 4].copy_from_slice(&77u32.to_ne_bytes());
+        e[STATE..STATE + 4].copy_from_slice(&state.to_ne_bytes());
+        e[GENERATION..GENERATION + 8].copy_from_slice(&5u64.to_ne_bytes());
+        e[THREAD_POINTER..THREAD_POINTER + 8].copy_from_slice(&0x7000u64.to_ne_bytes());
+        e[SLOT..SLOT + 8].copy_from_slice(&0x6fc0u64.to_ne_bytes());
+        e[RECORD..RECORD + 8].copy_from_slice(&0x9000u64.to_ne_bytes());
+        e[ATTRS_LEN..ATTRS_LEN + 2].copy_from_slice(&(attrs.len() as u16).to_ne_bytes());
+        e[HEADER..ATTRS].copy_from_slice(header);
+        e[ATTRS..ATTRS + attrs.len()].copy_from_slice(attrs);
+        e
+    }
+
+    #[test]
+    fn samples_decode_to_the_readers_types() {
+        let mut header = [0u8; 28];
+        header[0] = 0x11;
+        header[24] = 1;
+        header[26..28].copy_from_slice(&4u16.to_ne_bytes());
+        let e = entry(STATE_RECORD, &header, &[0, 2, b'h', b'i']);
+        let d = decode(&e, 640).expect("a record");
+        assert_eq!((d.tid, d.generation, d.thread_pointer), (77, 5, 0x7000));
+        assert_eq!(d.slot, Some(0x6fc0));
+        assert_eq!(&e[d.attrs.clone()], &[0, 2, b'h', b'i']);
+        match d.contents {
+            Ok(SlotContents::Record { address, header }) => {
+                assert_eq!(address, 0x9000);
+                assert_eq!(header.trace_id[0], 0x11);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A length that disagrees with the header is not trusted.
+        let mut bad = e.clone();
+        bad[ATTRS_LEN..ATTRS_LEN + 2].copy_from_slice(&3u16.to_ne_bytes());
+        assert!(decode(&bad, 640).is_none());
+        // Truncated entries are refused.
+        assert!(decode(&e[..SAMPLE_SIZE - 1], 640).is_none());
+
+        header[24] = 0;
+        let d = decode(&entry(STATE_INVALID, &header, &[]), 640).expect("invalid");
+        assert!(matches!(
+            d.contents,
+            Ok(SlotContents::Invalid {
+                address: 0x9000,
+                valid: 0
+            })
+        ));
+        header[26..28].copy_from_slice(&1000u16.to_ne_bytes());
+        let d = decode(&entry(STATE_TOO_LARGE, &header, &[]), 640).expect("too large");
+        assert!(matches!(
+            d.contents,
+            Err(SampleError::RecordTooLarge {
+                size: 1028,
+                limit: 640
+            })
+        ));
+        let d = decode(&entry(STATE_NULL, &header, &[]), 640).expect("null");
+        assert!(matches!(d.contents, Ok(SlotContents::Null)));
+        let mut none = entry(STATE_NO_TLS_BLOCK, &header, &[]);
+        none[SLOT..SLOT + 8].copy_from_slice(&0u64.to_ne_bytes());
+        let d = decode(&none, 640).expect("no block");
+        assert_eq!(d.slot, None);
+
+        let mut f = entry(STATE_FAULT, &header, &[]);
+        f[FAULT_WHAT..FAULT_WHAT + 4].copy_from_slice(&5u32.to_ne_bytes());
+        f[FAULT_ADDR..FAULT_ADDR + 8].copy_from_slice(&0x9000u64.to_ne_bytes());
+        let d = decode(&f, 640).expect("fault");
+        let err = d.contents.unwrap_err().to_string();
+        assert!(
+            err.contains("record header") && err.contains("0x9000"),
+            "{err}"
+        );
+        assert!(decode(&entry(STATE_NO_CONFIG, &header, &[]), 640).is_none());
+        assert!(decode(&entry(99, &header, &[]), 640).is_none());
+    }
+}

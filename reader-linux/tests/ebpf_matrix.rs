@@ -1,0 +1,392 @@
+//! The eBPF sampler against the writers of the TLS matrix (C programs built by gcc and
+//! musl-gcc in every access model, with the matrix's `writer.c`) and the Rust writer:
+//! for every thread, each sample the BPF program takes must be the context the ptrace
+//! reader reads of the same thread, threads without a context must sample as none, and
+//! a thread that exits is no longer sampled. The targets' threads spin, since a CPU-clock
+//! tick only samples a running thread. Needs root (or CAP_BPF and CAP_PERFMON), a kernel
+//! with BTF, gcc and musl-tools.
+#![cfg(all(feature = "ebpf", target_arch = "x86_64"))]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Lines, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use otel_ctx_codec::record::RecordHeader;
+use otel_ctx_reader::{
+    AccessModel, EbpfOptions, EbpfSampler, OwnedThreadContext, ThreadReader, ThreadReaderOptions,
+};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+const BUSY_MAIN: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/ebpf_fixtures/busy_main.c"
+);
+
+/// What a fixture thread printed about itself.
+#[derive(Debug)]
+struct Printed {
+    tid: u32,
+    tp: u64,
+    record: u64,
+}
+
+struct Target {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+    threads: Vec<Printed>,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn hex(field: &str, prefix: &str) -> u64 {
+    u64::from_str_radix(field.trim_start_matches(prefix), 16)
+        .unwrap_or_else(|e| panic!("{field}: {e}"))
+}
+
+fn start(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Target {
+    let mut child = Command::new(exe)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
+    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let mut threads = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("fixture output");
+        if line == "ready" {
+            break;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f.len(), 5, "unexpected fixture line {line:?}");
+        threads.push(Printed {
+            tid: f[1].parse().expect("tid"),
+            tp: hex(f[2], "tp="),
+            record: hex(f[4], "record="),
+        });
+    }
+    assert!(threads.len() >= 4, "{}: {threads:?}", exe.display());
+    Target {
+        child,
+        lines,
+        threads,
+    }
+}
+
+fn compile<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(compiler: &str, out: &Path, args: &[S]) {
+    let status = Command::new(compiler)
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .unwrap_or_else(|e| panic!("run {compiler}: {e} (install gcc and musl-tools)"));
+    assert!(status.success(), "{compiler} {args:?} failed");
+}
+
+/// A thread's context as either path read it, in comparable form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Context {
+    record_address: u64,
+    header: RecordHeader,
+    attrs_data: Vec<u8>,
+    attributes: Vec<(String, String)>,
+}
+
+impl From<&OwnedThreadContext> for Context {
+    fn from(c: &OwnedThreadContext) -> Self {
+        Self {
+            record_address: c.record_address,
+            header: c.header,
+            attrs_data: c.attrs_data.clone(),
+            attributes: c.attributes.clone(),
+        }
+    }
+}
+
+/// Samples with the eBPF sampler for `window`; every sample per thread (`None`: no
+/// context), named with the reader's key map.
+fn sample(
+    sampler: &mut EbpfSampler,
+    reader: &mut ThreadReader,
+    window: Duration,
+    name: &str,
+) -> HashMap<u32, Vec<Option<Context>>> {
+    let mut seen: HashMap<u32, Vec<Option<Context>>> = HashMap::new();
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        sampler
+            .wait(Duration::from_millis(20))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        while let Some((tid, context)) = sampler.next_context(reader) {
+            let context = context
+                .unwrap_or_else(|e| panic!("{name}: sample of thread {tid}: {e}"))
+                .map(|c| Context {
+                    record_address: c.record_address,
+                    header: c.header,
+                    attrs_data: c.attrs_data.to_vec(),
+                    attributes: c
+                        .attributes()
+                        .map(|(k, v)| (k.to_owned(), String::from_utf8_lossy(v).into_owned()))
+                        .collect(),
+                });
+            seen.entry(tid).or_default().push(context);
+        }
+    }
+    seen
+}
+
+/// Enough samples for every spinning thread at 999 Hz on every CPU.
+const WINDOW: Duration = Duration::from_millis(600);
+
+/// Checks one running fixture: the eBPF sampler and the ptrace reader agree on every
+/// thread. Returns the reader and sampler for further checks.
+fn check(
+    name: &str,
+    target: &Target,
+    model: AccessModel,
+    named: bool,
+) -> (ThreadReader, EbpfSampler) {
+    let pid = target.child.id();
+    let options = ThreadReaderOptions::default().with_require_known_schema(named);
+    let mut reader =
+        ThreadReader::with_options(pid, options).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(
+        reader.resolution().model,
+        model,
+        "{name}: {:?}",
+        reader.resolution()
+    );
+
+    // What ptrace reads of each printed thread: the reference.
+    let mut expected = HashMap::new();
+    for t in &target.threads {
+        let context = reader
+            .read_thread(t.tid)
+            .unwrap_or_else(|e| panic!("{name}: ptrace read of {}: {e}", t.tid));
+        assert_eq!(
+            context.as_ref().map_or(0, |c| c.record_address),
+            t.record,
+            "{name}: ptrace, thread {}",
+            t.tid
+        );
+        expected.insert(t.tid, context.as_ref().map(Context::from));
+    }
+
+    let mut sampler = EbpfSampler::start(&reader, EbpfOptions::default().with_frequency_hz(999))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let seen = sample(&mut sampler, &mut reader, WINDOW, name);
+    for t in &target.threads {
+        let samples = seen.get(&t.tid).map_or(&[][..], Vec::as_slice);
+        assert!(
+            !samples.is_empty(),
+            "{name}: no eBPF sample of spinning thread {} (samples: {:?})",
+            t.tid,
+            seen.iter().map(|(k, v)| (k, v.len())).collect::<Vec<_>>()
+        );
+        for s in samples {
+            assert_eq!(
+                s, &expected[&t.tid],
+                "{name}: eBPF sample of thread {}",
+                t.tid
+            );
+        }
+    }
+    // Any other thread sampled (the main thread, blocked in read, rarely is) has no
+    // context.
+    for (tid, samples) in &seen {
+        if !expected.contains_key(tid) {
+            assert!(
+                samples.iter().all(Option::is_none),
+                "{name}: thread {tid} is not a context thread: {samples:?}"
+            );
+        }
+    }
+    (reader, sampler)
+}
+
+/// The first context thread exits: after its `gone`, it is never sampled again, and
+/// the others still are.
+fn check_exit(
+    name: &str,
+    target: &mut Target,
+    reader: &mut ThreadReader,
+    sampler: &mut EbpfSampler,
+) {
+    let stdin = target.child.stdin.as_mut().expect("piped stdin");
+    stdin.write_all(b"x").expect("ask a thread to exit");
+    stdin.flush().expect("flush");
+    let line = target
+        .lines
+        .next()
+        .expect("fixture output")
+        .expect("fixture output");
+    let gone: u32 = line
+        .strip_prefix("gone ")
+        .unwrap_or_else(|| panic!("{name}: unexpected line {line:?}"))
+        .parse()
+        .expect("tid");
+    // Samples taken before the exit are in the ring already: drain them.
+    while sampler.next_sample().is_some() {}
+    let seen = sample(sampler, reader, WINDOW, name);
+    assert!(
+        !seen.contains_key(&gone),
+        "{name}: exited thread {gone} was sampled"
+    );
+    for t in target.threads.iter().filter(|t| t.tid != gone) {
+        assert!(
+            seen.contains_key(&t.tid),
+            "{name}: thread {} no longer sampled",
+            t.tid
+        );
+    }
+}
+
+/// The thread pointer the BPF program reads (`task->thread.fsbase`) is the one the
+/// thread itself sees.
+fn check_thread_pointers(name: &str, target: &Target, sampler: &mut EbpfSampler) {
+    let want: HashMap<u32, u64> = target.threads.iter().map(|t| (t.tid, t.tp)).collect();
+    let end = Instant::now() + WINDOW;
+    let mut checked = 0;
+    while Instant::now() < end && checked < 50 {
+        sampler.wait(Duration::from_millis(20)).expect("wait");
+        while let Some(s) = sampler.next_sample() {
+            if let Some(tp) = want.get(&s.tid) {
+                assert_eq!(s.thread_pointer, *tp, "{name}: thread pointer of {}", s.tid);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 0, "{name}: no sample to check thread pointers on");
+}
+
+#[test]
+fn every_access_model_on_glibc_and_musl() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ebpf-matrix");
+    std::fs::create_dir_all(&dir).expect("fixture dir");
+    let writer = format!("{FIXTURES}/writer.c");
+    let at = |n: &str| dir.join(n);
+    let path = |n: &str| at(n).to_str().expect("utf-8 path").to_owned();
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let common = ["-O1", "-pthread"];
+    for (cc, tag) in [("gcc", "glibc"), ("musl-gcc", "musl")] {
+        let with = |extra: &[&str]| -> Vec<String> {
+            common.iter().chain(extra).map(|s| s.to_string()).collect()
+        };
+        compile(
+            cc,
+            &at(&format!("le-{tag}")),
+            &with(&["-DWITH_ALIGNED", "-rdynamic", BUSY_MAIN, &writer]),
+        );
+        compile(
+            cc,
+            &at(&format!("ie-exe-{tag}")),
+            &with(&[
+                "-fPIC",
+                "-ftls-model=initial-exec",
+                "-rdynamic",
+                BUSY_MAIN,
+                &writer,
+            ]),
+        );
+        for (lib, flag) in [
+            ("desc", "-mtls-dialect=gnu2"),
+            ("gd", "-mtls-dialect=gnu"),
+            ("ie", "-ftls-model=initial-exec"),
+        ] {
+            let so = path(&format!("lib{lib}-{tag}.so"));
+            compile(
+                cc,
+                &at(&format!("lib{lib}-{tag}.so")),
+                &with(&["-shared", "-fPIC", flag, &writer]),
+            );
+            compile(
+                cc,
+                &at(&format!("{lib}-{tag}")),
+                &with(&[BUSY_MAIN, &so, &rpath]),
+            );
+        }
+        compile(
+            cc,
+            &at(&format!("dl-{tag}")),
+            &with(&["-DDLOPEN", BUSY_MAIN, "-ldl"]),
+        );
+    }
+    compile(
+        "musl-gcc",
+        &at("static-musl"),
+        &["-O1", "-pthread", "-static", BUSY_MAIN, &writer],
+    );
+    compile(
+        "musl-gcc",
+        &at("static-pie-musl"),
+        &[
+            "-O1",
+            "-pthread",
+            "-static-pie",
+            "-fPIE",
+            BUSY_MAIN,
+            &writer,
+        ],
+    );
+
+    use AccessModel::*;
+    let none: &[&str] = &[];
+    let mut passed = Vec::new();
+    for tag in ["glibc", "musl"] {
+        let mut case = |name: &str, args: &[&str], env: &[(&str, &str)], model| {
+            let exe = at(&format!("{name}-{tag}"));
+            let label = format!("{name}-{tag} ({})", args.join(" "));
+            let target = start(&exe, args, env);
+            check(&label, &target, model, false);
+            passed.push(label);
+        };
+        case("le", none, &[], LocalExec);
+        case("ie-exe", none, &[], InitialExec);
+        case("desc", none, &[], TlsDescStatic);
+        case("gd", none, &[], GeneralDynamic);
+        case("ie", none, &[], InitialExec);
+        let dl_desc = if tag == "glibc" {
+            TlsDescStatic
+        } else {
+            TlsDescDynamic
+        };
+        case("dl", &[&path(&format!("libdesc-{tag}.so"))], &[], dl_desc);
+        case(
+            "dl",
+            &[&path(&format!("libgd-{tag}.so"))],
+            &[],
+            GeneralDynamic,
+        );
+    }
+    // No spare static TLS: glibc's TLSDESC goes through the dynamic resolver and the DTV.
+    let mut target = start(
+        &at("dl-glibc"),
+        &[&path("libdesc-glibc.so")],
+        &[("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=0")],
+    );
+    let (mut reader, mut sampler) = check("dl-glibc-dtv", &target, TlsDescDynamic, false);
+    check_thread_pointers("dl-glibc-dtv", &target, &mut sampler);
+    check_exit("dl-glibc-dtv", &mut target, &mut reader, &mut sampler);
+    passed.push("dl-glibc-dtv (thread pointers, a thread exits)".into());
+    for name in ["static-musl", "static-pie-musl"] {
+        let target = start(&at(name), none, &[]);
+        check(name, &target, LocalExec, false);
+        passed.push(name.into());
+    }
+    // A thread that exits under a constant-offset model too.
+    let mut target = start(&at("le-glibc"), none, &[]);
+    let (mut reader, mut sampler) = check("le-glibc", &target, LocalExec, false);
+    check_thread_pointers("le-glibc", &target, &mut sampler);
+    check_exit("le-glibc", &mut target, &mut reader, &mut sampler);
+    passed.push("le-glibc (thread pointers, a thread exits)".into());
+    eprintln!("eBPF matches ptrace on: {}", passed.join(", "));
+}
