@@ -7,7 +7,13 @@
 //! - `registry_enter_exit`: a span of a bare `tracing_subscriber::Registry`.
 //! - `layer_enter_exit`: the same span with the layer over the registry.
 //!
-//! The layer's own cost is `layer_enter_exit - registry_enter_exit`.
+//! - `otel_enter_exit` (feature `opentelemetry`): a span with `tracing-opentelemetry`'s
+//!   layer over the registry, its tracer an SDK one with no exporter (the OpenTelemetry
+//!   context is activated on enter).
+//! - `otel_layer_enter_exit` (feature `opentelemetry`): the same with this layer above it.
+//!
+//! The layer's own cost is `layer_enter_exit - registry_enter_exit`, and beside
+//! `tracing-opentelemetry` `otel_layer_enter_exit - otel_enter_exit`.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -52,7 +58,42 @@ fn enter_exit(c: &mut Criterion) {
             b.iter(|| drop(black_box(&span).enter()))
         });
     });
+    #[cfg(feature = "opentelemetry")]
+    with_opentelemetry(&mut group);
     group.finish();
+}
+
+#[cfg(feature = "opentelemetry")]
+fn with_opentelemetry(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+
+    let provider = SdkTracerProvider::builder().build();
+    let otel = Dispatch::new(
+        tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"))),
+    );
+    dispatcher::with_default(&otel, || {
+        let span = tracing::info_span!("request", http.route = "/cart");
+        group.bench_function("otel_enter_exit", |b| {
+            b.iter(|| drop(black_box(&span).enter()))
+        });
+    });
+
+    let layer = ThreadContextLayer::new()
+        .with_attribute("http.route")
+        .unwrap();
+    let both = Dispatch::new(
+        tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench")))
+            .with(layer),
+    );
+    dispatcher::with_default(&both, || {
+        let span = tracing::info_span!("request", http.route = "/cart");
+        group.bench_function("otel_layer_enter_exit", |b| {
+            b.iter(|| drop(black_box(&span).enter()))
+        });
+    });
 }
 
 criterion_group!(benches, enter_exit);

@@ -48,6 +48,9 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
+#[cfg(feature = "demo-service")]
+pub mod demo;
+
 use otel_ctx_writer::thread::{
     self, attached_record_address, Attached, Key, RegistryError, ThreadContext,
 };

@@ -28,7 +28,14 @@ fn build(args: &[&str], name: &str) -> PathBuf {
 
 fn service() -> PathBuf {
     build(
-        &["-p", "otel-ctx-tracing", "--example", "traced_service"],
+        &[
+            "-p",
+            "otel-ctx-tracing",
+            "--features",
+            "demo-service",
+            "--example",
+            "traced_service",
+        ],
         "traced_service",
     )
 }
@@ -88,7 +95,7 @@ fn every_thread_context_shown_is_a_printed_request_span_with_its_route() {
         let document: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(
             document["process_context"]["attributes"]["threadlocal.attribute_key_map"],
-            serde_json::json!(["http.route"])
+            serde_json::json!(["http.route", "http.request.method", "user.tier"])
         );
         assert_eq!(
             document["thread_context"]["symbol_table"], "dynsym",
