@@ -390,3 +390,18 @@ fn every_access_model_on_glibc_and_musl() {
     passed.push("le-glibc (thread pointers, a thread exits)".into());
     eprintln!("eBPF matches ptrace on: {}", passed.join(", "));
 }
+
+#[test]
+fn rust_writer_with_key_map() {
+    // Examples are built next to the test binaries' directory.
+    let exe = std::env::current_exe()
+        .expect("test binary path")
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("examples/ebpf_busy_fixture");
+    let target = start(&exe, &[], &[]);
+    // Named attributes: the key map of the process context names both paths' samples.
+    let (_, mut sampler) = check("rust-writer", &target, AccessModel::LocalExec, true);
+    check_thread_pointers("rust-writer", &target, &mut sampler);
+}
