@@ -62,6 +62,12 @@ enum Command {
         /// Print one JSON summary at the end instead of a table.
         #[arg(long)]
         json: bool,
+        /// Sample with the eBPF sampler instead of ptrace: a BPF program reads the
+        /// context of whichever thread a CPU-clock tick interrupts, at `--hz` on every
+        /// CPU, without stopping threads (needs root and a kernel with BTF; built with
+        /// the `ebpf` feature).
+        #[arg(long)]
+        ebpf: bool,
     },
     /// Start a demo service that publishes contexts, and watch what a reader sees.
     Demo {
@@ -110,7 +116,8 @@ fn main() -> ExitCode {
             by,
             raw_keys,
             json,
-        } => commands::watch::run(pid, hz, duration, &by, raw_keys, json),
+            ebpf,
+        } => commands::watch::run(pid, hz, duration, &by, raw_keys, json, ebpf),
         Command::Demo { duration } => commands::demo::run(duration),
         Command::DemoService => commands::demo::service(),
         Command::Check {

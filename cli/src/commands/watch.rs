@@ -1,5 +1,11 @@
 //! `otel-ctx watch <pid>`: a small profiler view. Samples every thread at a fixed rate
 //! and counts samples per value of one thread-context attribute (such as `http.route`).
+//!
+//! Two samplers: by default each round stops every thread with ptrace and reads its
+//! record; with `--ebpf` (built with the `ebpf` feature) a BPF program reads the record
+//! of whichever target thread a CPU-clock tick interrupts, at the rate on every CPU,
+//! without stopping anything. Both name attributes with the same key map and count into
+//! the same table.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -29,6 +35,34 @@ pub struct Sampler {
     rounds: u64,
     samples: u64,
     last_refresh: Instant,
+    /// With `--ebpf`: the BPF sampler that takes the samples instead of ptrace rounds.
+    #[cfg(feature = "ebpf")]
+    ebpf: Option<otel_ctx_reader::EbpfSampler>,
+}
+
+/// The message of `--ebpf` in a build without the `ebpf` feature.
+#[cfg(not(feature = "ebpf"))]
+pub const NO_EBPF: &str = "this otel-ctx was built without the eBPF sampler: rebuild it with \
+                           `--features ebpf` (needs clang and libbpf-dev), or sample without \
+                           --ebpf (ptrace)";
+
+/// The bucket of a sample whose context has `value` for the grouping attribute `by`.
+fn value_bucket(by: &str, value: Option<&[u8]>) -> String {
+    value.map_or_else(
+        || format!("(no {by})"),
+        |v| String::from_utf8_lossy(v).into_owned(),
+    )
+}
+
+/// With `--raw-keys`: the value of the entry whose key index `#N` is `by`, the last
+/// occurrence winning, as `threads::name_raw_keys` names them.
+#[cfg(feature = "ebpf")]
+fn raw_value<'a>(attrs_data: &'a [u8], by: &str) -> Option<&'a [u8]> {
+    let index: u8 = by.strip_prefix('#')?.parse().ok()?;
+    otel_ctx_codec::attrs::ResolvedAttrs::resolve(attrs_data, otel_ctx_codec::attrs::MAX_KEYS)
+        .iter()
+        .find(|(key, _)| *key == index)
+        .map(|(_, value)| value)
 }
 
 impl Sampler {
@@ -44,7 +78,68 @@ impl Sampler {
             rounds: 0,
             samples: 0,
             last_refresh: Instant::now(),
+            #[cfg(feature = "ebpf")]
+            ebpf: None,
         })
+    }
+
+    /// Like [`open`](Self::open), with the eBPF sampler ticking at `hz` on every CPU:
+    /// [`collect`](Self::collect) then gathers its samples, and no thread is stopped.
+    #[cfg(feature = "ebpf")]
+    pub fn open_ebpf(pid: u32, by: &str, raw_keys: bool, hz: u32) -> Result<Self, String> {
+        let mut sampler = Self::open(pid, by, raw_keys)?;
+        let options = otel_ctx_reader::EbpfOptions::default().with_frequency_hz(u64::from(hz));
+        sampler.ebpf = Some(
+            otel_ctx_reader::EbpfSampler::start(&sampler.reader, options)
+                .map_err(|e| e.to_string())?,
+        );
+        Ok(sampler)
+    }
+
+    /// Whether the samples come from the eBPF sampler.
+    pub fn is_ebpf(&self) -> bool {
+        #[cfg(feature = "ebpf")]
+        return self.ebpf.is_some();
+        #[cfg(not(feature = "ebpf"))]
+        false
+    }
+
+    /// With the eBPF sampler: waits up to `wait` for samples and counts every one that
+    /// is ready. Modules and the key map are looked at again every second, as in
+    /// [`round`](Self::round); a changed slot location is handed to the BPF program.
+    #[cfg(feature = "ebpf")]
+    pub fn collect(&mut self, wait: Duration) -> Result<(), Error> {
+        let Some(ebpf) = self.ebpf.as_mut() else {
+            return self.round();
+        };
+        if self.last_refresh.elapsed() >= REFRESH {
+            self.last_refresh = Instant::now();
+            if otel_ctx_reader::is_gone(self.reader.pid()) {
+                return Err(Error::ProcessGone {
+                    pid: self.reader.pid(),
+                });
+            }
+            if let Ok(true) = self.reader.refresh_modules() {
+                // A failure leaves the old location: its samples show as unreadable.
+                let _ = ebpf.set_resolution(self.reader.resolution());
+            }
+            self.reader.refresh_key_map();
+        }
+        // A failed wait (not an interruption) shows as no samples; the next call retries.
+        let _ = ebpf.wait(wait);
+        while let Some((_, context)) = ebpf.next_context(&mut self.reader) {
+            let bucket = match &context {
+                Ok(None) => NO_CONTEXT.to_owned(),
+                Ok(Some(c)) if self.raw_keys => {
+                    value_bucket(&self.by, raw_value(c.attrs_data, &self.by))
+                }
+                Ok(Some(c)) => value_bucket(&self.by, c.attribute(&self.by)),
+                Err(_) => UNREADABLE.to_owned(),
+            };
+            *self.counts.entry(bucket).or_default() += 1;
+            self.samples += 1;
+        }
+        Ok(())
     }
 
     /// Samples every thread once.
@@ -66,17 +161,59 @@ impl Sampler {
             }
             let bucket = match &report.context {
                 Ok(None) => NO_CONTEXT.to_owned(),
-                Ok(Some(c)) => c
-                    .attributes
-                    .iter()
-                    .find(|(k, _)| *k == self.by)
-                    .map_or_else(|| format!("(no {})", self.by), |(_, v)| v.clone()),
+                Ok(Some(c)) => value_bucket(
+                    &self.by,
+                    c.attributes
+                        .iter()
+                        .find(|(k, _)| *k == self.by)
+                        .map(|(_, v)| v.as_bytes()),
+                ),
                 Err(_) => UNREADABLE.to_owned(),
             };
             *self.counts.entry(bucket).or_default() += 1;
             self.samples += 1;
         }
         Ok(())
+    }
+
+    /// One step of the sampling loop: a round of ptrace samples (the caller keeps the
+    /// time between rounds), or with the eBPF sampler, up to 100 ms (and at most `left`)
+    /// of its samples.
+    pub fn step(&mut self, left: Duration) -> Result<(), Error> {
+        #[cfg(feature = "ebpf")]
+        if self.ebpf.is_some() {
+            return self.collect(left.min(Duration::from_millis(100)));
+        }
+        let _ = left;
+        self.round()
+    }
+
+    /// How samples are taken, for the line above the table.
+    pub fn how(&self, pid: u32, hz: u32) -> String {
+        if self.is_ebpf() {
+            format!("eBPF sampling of {pid}'s running threads at {hz} Hz on every CPU")
+        } else {
+            format!("sampling every thread of {pid} at {hz} Hz")
+        }
+    }
+
+    /// The closing line's counts.
+    pub fn totals(&self, elapsed: Duration) -> String {
+        #[cfg(feature = "ebpf")]
+        if let Some(ebpf) = &self.ebpf {
+            let lost = ebpf.counters().map_or(0, |c| c.lost);
+            return format!(
+                "{} samples from eBPF ({:.1} samples/s, {lost} lost)",
+                self.samples,
+                self.samples as f64 / elapsed.as_secs_f64().max(1e-9)
+            );
+        }
+        format!(
+            "{} samples in {} rounds ({:.1} rounds/s)",
+            self.samples,
+            self.rounds,
+            self.rounds as f64 / elapsed.as_secs_f64().max(1e-9)
+        )
     }
 
     /// `(value, samples)`, most samples first.
@@ -90,11 +227,6 @@ impl Sampler {
     /// Thread samples taken.
     pub const fn samples(&self) -> u64 {
         self.samples
-    }
-
-    /// Rounds taken (each samples every thread once).
-    pub const fn rounds(&self) -> u64 {
-        self.rounds
     }
 
     /// The aligned table: value, samples, share, bar.
@@ -130,12 +262,26 @@ impl Sampler {
             duration_s: seconds(elapsed),
             rounds: self.rounds,
             samples: self.samples,
+            ebpf: self.ebpf_summary(),
             counts: self
                 .rows()
                 .into_iter()
                 .map(|(value, samples)| Count { value, samples })
                 .collect(),
         }
+    }
+
+    /// With the eBPF sampler: its counts for the JSON summary.
+    fn ebpf_summary(&self) -> Option<EbpfSummary> {
+        #[cfg(feature = "ebpf")]
+        if let Some(ebpf) = &self.ebpf {
+            let counters = ebpf.counters().unwrap_or_default();
+            return Some(EbpfSummary {
+                ticks: counters.ticks,
+                lost: counters.lost,
+            });
+        }
+        None
     }
 
     /// The resolution line shown above the table.
@@ -171,8 +317,20 @@ pub struct Summary<'a> {
     pub rounds: u64,
     /// Thread samples taken: the sum of `counts`.
     pub samples: u64,
+    /// With `--ebpf` only (where `rounds` is 0): the BPF program's counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ebpf: Option<EbpfSummary>,
     /// Samples per value, most first.
     pub counts: Vec<Count<'a>>,
+}
+
+/// [`Summary::ebpf`]: what the BPF program counted.
+#[derive(Serialize)]
+pub struct EbpfSummary {
+    /// Ticks that interrupted a thread of the process.
+    pub ticks: u64,
+    /// Samples lost because the ring buffer was full.
+    pub lost: u64,
 }
 
 /// One bucket of [`Summary::counts`].
@@ -221,7 +379,7 @@ impl Screen {
     }
 }
 
-/// Runs `watch`.
+/// Runs `watch`: `ebpf` samples with the BPF program instead of ptrace rounds.
 pub fn run(
     pid: u32,
     hz: u32,
@@ -229,12 +387,22 @@ pub fn run(
     by: &str,
     raw_keys: bool,
     as_json: bool,
+    ebpf: bool,
 ) -> Result<(), String> {
     if hz == 0 || hz > 10_000 {
         return Err(format!("--hz {hz}: use a rate between 1 and 10000"));
     }
     catch_sigint()?;
-    let mut sampler = Sampler::open(pid, by, raw_keys)?;
+    let mut sampler = if ebpf {
+        #[cfg(feature = "ebpf")]
+        {
+            Sampler::open_ebpf(pid, by, raw_keys, hz)?
+        }
+        #[cfg(not(feature = "ebpf"))]
+        return Err(NO_EBPF.to_owned());
+    } else {
+        Sampler::open(pid, by, raw_keys)?
+    };
     let tty = !as_json && std::io::stdout().is_terminal();
     let period = Duration::from_secs(1) / hz;
     let started = Instant::now();
@@ -243,17 +411,14 @@ pub fn run(
     let mut last_draw = started;
     let mut ended_by = "time is up";
     if !as_json && !tty {
-        println!(
-            "{}; sampling every thread of {pid} at {hz} Hz",
-            sampler.heading()
-        );
+        println!("{}; {}", sampler.heading(), sampler.how(pid, hz));
     }
     while started.elapsed() < duration {
         if INTERRUPTED.load(Ordering::Relaxed) {
             ended_by = "interrupted";
             break;
         }
-        match sampler.round() {
+        match sampler.step(duration.saturating_sub(started.elapsed())) {
             Ok(()) => {}
             Err(Error::ProcessGone { .. }) => {
                 ended_by = "the process exited";
@@ -264,6 +429,10 @@ pub fn run(
         if tty && last_draw.elapsed() >= Duration::from_millis(250) {
             last_draw = Instant::now();
             screen.draw(&frame(&sampler, pid, hz, started.elapsed(), duration));
+        }
+        if sampler.is_ebpf() {
+            // `step` waited for the samples itself.
+            continue;
         }
         next += period;
         let now = Instant::now();
@@ -284,11 +453,9 @@ pub fn run(
             print!("{}", sampler.table());
         }
         println!(
-            "{ended_by} after {}: {} samples in {} rounds ({:.1} rounds/s)",
+            "{ended_by} after {}: {}",
             text::duration(elapsed.as_nanos() as u64),
-            sampler.samples(),
-            sampler.rounds(),
-            sampler.rounds() as f64 / elapsed.as_secs_f64().max(1e-9)
+            sampler.totals(elapsed)
         );
     }
     Ok(())
@@ -302,8 +469,9 @@ pub fn frame(
     elapsed: Duration,
     duration: Duration,
 ) -> String {
+    let how = if sampler.is_ebpf() { " (eBPF)" } else { "" };
     format!(
-        "otel-ctx watch: pid {pid} at {hz} Hz, {} of {} (Ctrl-C stops)\n{}\n{}",
+        "otel-ctx watch: pid {pid} at {hz} Hz{how}, {} of {} (Ctrl-C stops)\n{}\n{}",
         text::duration(elapsed.as_nanos() as u64),
         text::duration(duration.as_nanos() as u64),
         sampler.heading(),
@@ -324,6 +492,7 @@ mod tests {
             duration_s: seconds(Duration::from_micros(10_000_501)),
             rounds: 990,
             samples: 3802,
+            ebpf: None,
             counts: vec![
                 Count {
                     value: NO_CONTEXT,

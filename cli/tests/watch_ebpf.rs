@@ -1,0 +1,165 @@
+//! `otel-ctx watch --ebpf` against a C writer of the TLS matrix whose threads spin (the
+//! reader's `ebpf_fixtures/busy_main.c`): the eBPF sampler's table has the same buckets
+//! as the ptrace sampler's, and where the kernel refuses BPF the command says why.
+//! Needs root and gcc; built with the `ebpf` feature (the last test checks the message
+//! of a build without it).
+
+use std::process::Command;
+#[cfg(feature = "ebpf")]
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Output, Stdio},
+};
+
+#[cfg(feature = "ebpf")]
+use serde_json::Value;
+
+const OTEL_CTX: &str = env!("CARGO_BIN_EXE_otel-ctx");
+#[cfg(feature = "ebpf")]
+const TLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../reader-linux/tests");
+
+#[cfg(feature = "ebpf")]
+struct Busy(Child);
+
+#[cfg(feature = "ebpf")]
+impl Drop for Busy {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[cfg(feature = "ebpf")]
+/// Builds and starts the spinning C writer (local exec, glibc); returns once its threads
+/// have attached their records.
+fn busy() -> Busy {
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("watch-ebpf-busy");
+    let status = Command::new("gcc")
+        .args(["-O1", "-pthread", "-rdynamic", "-o"])
+        .arg(&exe)
+        .arg(format!("{TLS}/ebpf_fixtures/busy_main.c"))
+        .arg(format!("{TLS}/fixtures/tls/writer.c"))
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "gcc failed");
+    let mut child = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the fixture");
+    let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    for line in stdout.lines() {
+        if line.expect("fixture output") == "ready" {
+            break;
+        }
+    }
+    Busy(child)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[cfg(feature = "ebpf")]
+fn watch(pid: u32, extra: &[&str]) -> Output {
+    Command::new(OTEL_CTX)
+        .args(["watch", &pid.to_string(), "--duration", "1s", "--hz", "499"])
+        .args(["--raw-keys", "--by", "#0", "--json"])
+        .args(extra)
+        .output()
+        .expect("run otel-ctx")
+}
+
+#[cfg(feature = "ebpf")]
+/// The buckets of a `watch --json` document.
+fn buckets(out: &Output) -> Vec<String> {
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mut values: Vec<String> = doc["counts"]
+        .as_array()
+        .expect("counts")
+        .iter()
+        .map(|c| c["value"].as_str().expect("value").to_owned())
+        .collect();
+    values.sort();
+    values
+}
+
+#[cfg(feature = "ebpf")]
+#[test]
+fn ebpf_and_ptrace_see_the_same_buckets() {
+    let target = busy();
+    let pid = target.0.id();
+    let ebpf = watch(pid, &["--ebpf"]);
+    let doc: Value = serde_json::from_slice(&ebpf.stdout).expect("JSON");
+    assert_eq!(doc["rounds"], 0, "{doc}");
+    let samples = doc["samples"].as_u64().expect("samples");
+    assert!(samples > 0, "{doc}");
+    assert!(
+        doc["ebpf"]["ticks"].as_u64().expect("ticks") >= samples,
+        "{doc}"
+    );
+    let expected = ["(no context)", "/cart", "/checkout", "/search"];
+    assert_eq!(buckets(&ebpf), expected, "{doc}");
+    assert_eq!(buckets(&watch(pid, &[])), expected);
+
+    // The text view names the sampler.
+    let out = Command::new(OTEL_CTX)
+        .args(["watch", &pid.to_string(), "--duration", "300ms", "--ebpf"])
+        .args(["--raw-keys", "--by", "#0"])
+        .output()
+        .expect("run otel-ctx");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("(local-exec, glibc); eBPF sampling of"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("samples from eBPF"), "{stdout}");
+}
+
+#[cfg(feature = "ebpf")]
+#[test]
+fn without_the_capabilities_ebpf_says_why_and_ptrace_still_works() {
+    let target = busy();
+    let pid = target.0.id().to_string();
+    // Root without CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN: BPF is refused, ptrace is not.
+    let dropped = |extra: &[&str]| {
+        Command::new("setpriv")
+            .args([
+                "--bounding-set=-bpf,-perfmon,-sys_admin",
+                OTEL_CTX,
+                "watch",
+                &pid,
+            ])
+            .args(["--duration", "300ms", "--raw-keys", "--by", "#0"])
+            .args(extra)
+            .output()
+            .expect("run setpriv (util-linux)")
+    };
+    let out = dropped(&["--ebpf"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("the eBPF sampler needs root, or CAP_BPF and CAP_PERFMON")
+            && stderr.contains("without --ebpf (ptrace)"),
+        "{stderr}"
+    );
+    let out = dropped(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("samples in"));
+}
+
+#[cfg(not(feature = "ebpf"))]
+#[test]
+fn a_build_without_the_feature_says_how_to_get_it() {
+    let out = Command::new(OTEL_CTX)
+        .args(["watch", &std::process::id().to_string(), "--ebpf"])
+        .output()
+        .expect("run otel-ctx");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("--features ebpf"), "{stderr}");
+}
