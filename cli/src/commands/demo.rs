@@ -3,28 +3,28 @@
 //!
 //! The service is this binary again, started with the hidden `demo-service` subcommand in
 //! its own process group (so Ctrl-C reaches only the viewer, which then stops it cleanly).
-//! It publishes a process context through `otel-ctx-writer`, registers thread-context keys,
-//! and runs 4 worker threads that serve fake requests, each attaching a thread context
-//! (new trace and span ids, `http.route`, `http.request.method`) for the length of a
-//! request. Every second it updates its process context (`demo.requests_served`), and
-//! after three seconds it registers one more key, `user.tier`, which updates the key map.
-//! It stops when its stdin closes.
+//! It is `otel_ctx_tracing::demo`, a service traced the way a Rust service is: `tracing`
+//! spans through `tracing-opentelemetry` and the OpenTelemetry SDK (an in-process exporter,
+//! no network), with `otel-ctx-tracing`'s layer keeping each worker thread's context on
+//! the request span it runs, on a 4-worker tokio runtime. Its process context is the SDK's
+//! `Resource`, published through `otel-ctx-opentelemetry` when the tracer provider is
+//! built; every second it updates `demo.requests_served` (the spans exported so far). The
+//! request spans carry `http.route`, `http.request.method` and `user.tier` (recorded
+//! halfway through a request), the three keys of its key map. It stops when its stdin
+//! closes.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use otel_ctx_reader::{
     boottime_ns, comm, Error, OwnedKeyValue, OwnedValue, ProcessContextReader, Snapshot,
 };
-use otel_ctx_writer::process::{global, Resource};
-use otel_ctx_writer::thread::{self as thread_ctx, Key, ThreadContext};
 
 use super::watch::{Sampler, Screen};
 use super::{catch_sigint, text, INTERRUPTED};
@@ -45,6 +45,7 @@ pub fn run(duration: Duration) -> Result<(), String> {
     let child = Command::new(exe)
         .arg("demo-service")
         .stdin(Stdio::piped())
+        .stdout(Stdio::null())
         .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot start the demo service: {e}"))?;
@@ -289,140 +290,13 @@ impl View {
     }
 }
 
-/// The demo service: publishes, serves fake requests on 4 threads, stops when stdin
+/// The demo service: publishes, serves fake requests on 4 worker threads, stops when stdin
 /// closes.
 pub fn service() -> Result<(), String> {
     // If the viewer dies without closing stdin, stop too.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
-    let resource = Resource::builder()
-        .service_name("demo-checkout")
-        .service_version("1.4.2")
-        .deployment_environment_name("demo")
-        .attribute("host.arch", std::env::consts::ARCH)
-        .attribute("process.pid", i64::from(std::process::id()))
-        .build()
-        .map_err(|e| e.to_string())?;
-    global::publish(resource).map_err(|e| format!("cannot publish the process context: {e}"))?;
-    let [route_key, method_key] =
-        thread_ctx::register_all(["http.route", "http.request.method"])
-            .map_err(|e| format!("cannot register thread-context keys: {e}"))?;
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let served = Arc::new(AtomicU64::new(0));
-    let tier_key = Arc::new(std::sync::OnceLock::new());
-    let workers: Vec<_> = (0..4u64)
-        .map(|worker| {
-            let (stop, served, tier_key) = (stop.clone(), served.clone(), tier_key.clone());
-            thread::Builder::new()
-                .name(format!("demo-worker-{worker}"))
-                .spawn(move || {
-                    serve(worker, route_key, method_key, &tier_key, &stop, &served);
-                })
-                .map_err(|e| format!("cannot start a worker thread: {e}"))
-        })
-        .collect::<Result<_, _>>()?;
-
-    // Stop when the viewer closes stdin.
-    {
-        let stop = stop.clone();
-        thread::spawn(move || {
-            let mut sink = [0u8; 64];
-            while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
-            stop.store(true, Ordering::Relaxed);
-        });
-    }
-
-    let started = Instant::now();
-    let mut generation = 0i64;
-    while !stop.load(Ordering::Relaxed) {
-        thread::sleep(Duration::from_millis(50));
-        if started.elapsed() < Duration::from_secs(generation as u64 + 1) {
-            continue;
-        }
-        generation += 1;
-        let count = served.load(Ordering::Relaxed) as i64;
-        global::update(|_, extra| {
-            extra.set("demo.requests_served", OwnedValue::Int(count));
-        })
-        .map_err(|e| format!("cannot update the process context: {e}"))?;
-        if generation == 3 && tier_key.get().is_none() {
-            let key = thread_ctx::register("user.tier")
-                .map_err(|e| format!("cannot register a thread-context key: {e}"))?;
-            let _ = tier_key.set(key);
-        }
-    }
-    for worker in workers {
-        let _ = worker.join();
-    }
-    global::unpublish().map_err(|e| format!("cannot unpublish the process context: {e}"))?;
-    Ok(())
-}
-
-const ROUTES: [(&str, &str); 5] = [
-    ("GET", "/api/cart"),
-    ("POST", "/api/cart/items"),
-    ("GET", "/api/products/:id"),
-    ("POST", "/api/checkout"),
-    ("GET", "/healthz"),
-];
-const TIERS: [&str; 3] = ["free", "pro", "enterprise"];
-
-/// xorshift64*: ids that look random, without a dependency.
-fn next_random(state: &mut u64) -> u64 {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
-}
-
-/// One worker: a request attaches a thread context with fresh ids, "works", detaches.
-fn serve(
-    worker: u64,
-    route_key: Key,
-    method_key: Key,
-    tier_key: &std::sync::OnceLock<Key>,
-    stop: &AtomicBool,
-    served: &AtomicU64,
-) {
-    let mut rng = boottime_ns() ^ (worker + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let Ok(mut context) = ThreadContext::with_capacity(ThreadContext::CAPACITY) else {
-        return;
-    };
-    while !stop.load(Ordering::Relaxed) {
-        let n = next_random(&mut rng);
-        let (method, route) = ROUTES[(n % ROUTES.len() as u64) as usize];
-        let mut trace_id = [0u8; 16];
-        trace_id[..8].copy_from_slice(&next_random(&mut rng).to_be_bytes());
-        trace_id[8..].copy_from_slice(&next_random(&mut rng).to_be_bytes());
-        let span_id = next_random(&mut rng).to_be_bytes();
-        let tier = TIERS[(n >> 8) as usize % TIERS.len()];
-        let attrs = [(route_key, route), (method_key, method)];
-        let updated = match tier_key.get() {
-            Some(&tier_key) => context.update(
-                trace_id,
-                span_id,
-                0x01,
-                &[attrs[0], attrs[1], (tier_key, tier)],
-            ),
-            None => context.update(trace_id, span_id, 0x01, &attrs),
-        };
-        if updated.is_err() {
-            return;
-        }
-        let previous = context.attach();
-        // The request's work.
-        thread::sleep(Duration::from_millis(10 + (n >> 16) % 40));
-        served.fetch_add(1, Ordering::Relaxed);
-        context = match thread_ctx::detach() {
-            Some(context) => context,
-            None => return,
-        };
-        // Nothing else attaches on this thread, so there is no previous context to
-        // restore; dropping it (if any) frees its record.
-        drop(previous);
-        // Idle between requests, with no context attached.
-        thread::sleep(Duration::from_millis(5 + (n >> 24) % 20));
-    }
+    otel_ctx_tracing::demo::run(otel_ctx_tracing::demo::Options::default())
+        .map_err(|e| format!("demo service: {e}"))
 }
 
 #[cfg(test)]
