@@ -343,7 +343,11 @@ impl EbpfSampler {
         self.write_config()
     }
 
-    /// Waits up to `timeout` for samples; returns whether some are ready.
+    /// Waits up to `timeout` for samples; returns whether the program woke it. To spare
+    /// an interrupt per sample, the program wakes the waiter only once a quarter of its
+    /// 1 MiB ring is used (about 375 samples): read the samples with
+    /// [`next_sample`](Self::next_sample) after every wait, whatever it returns, and
+    /// keep `timeout` short (100 ms) for a live view.
     pub fn wait(&self, timeout: Duration) -> Result<bool, EbpfError> {
         use rustix::event::{poll, PollFd, PollFlags, Timespec};
         let timeout = Timespec {
@@ -402,6 +406,20 @@ impl EbpfSampler {
             Err(e) => Err(e),
         };
         Some((tid, context))
+    }
+
+    /// How often the kernel ran the program (on every tick of every CPU, the target's
+    /// or not) and its total run time. Both stay 0 unless the kernel's statistics are
+    /// on (`sysctl kernel.bpf_stats_enabled=1`).
+    pub fn run_time(&self) -> Result<(u64, Duration), EbpfError> {
+        let program = self
+            ._ebpf
+            .program(PROGRAM_NAME)
+            .ok_or_else(|| EbpfError::Setup(format!("the object has no program {PROGRAM_NAME}")))?;
+        let info = program
+            .info()
+            .map_err(|e| EbpfError::Setup(explain(&e).0))?;
+        Ok((info.run_count(), info.run_time()))
     }
 
     /// The program's counts, summed over CPUs.
