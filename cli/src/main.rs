@@ -41,6 +41,11 @@ enum Command {
         /// OTEP 4947 do neither.
         #[arg(long)]
         raw_keys: bool,
+        /// Read the thread contexts with the eBPF sampler instead of stopping each thread:
+        /// lists the threads that ran during a 300 ms window, each as last sampled (needs
+        /// root and a kernel with BTF; built with the `ebpf` feature).
+        #[arg(long)]
+        ebpf: bool,
     },
     /// Sample every thread's context and count samples per attribute value.
     Watch {
@@ -108,7 +113,8 @@ fn main() -> ExitCode {
             pid,
             json,
             raw_keys,
-        } => commands::show::run(pid, json, raw_keys),
+            ebpf,
+        } => commands::show::run(pid, json, raw_keys, ebpf),
         Command::Watch {
             pid,
             hz,

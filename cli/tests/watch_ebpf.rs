@@ -118,6 +118,32 @@ fn ebpf_and_ptrace_see_the_same_buckets() {
         "{stdout}"
     );
     assert!(stdout.contains("samples from eBPF"), "{stdout}");
+
+    // `show --ebpf`: each thread it lists has the context `show` (ptrace) reads.
+    let show = |extra: &[&str]| -> Value {
+        let out = Command::new(OTEL_CTX)
+            .args(["show", &pid.to_string(), "--raw-keys", "--json"])
+            .args(extra)
+            .output()
+            .expect("run otel-ctx");
+        // The C writer publishes no process context: exit status 1, the document anyway.
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let ebpf = show(&["--ebpf"]);
+    let ptrace = show(&[]);
+    let listed = ebpf["threads"].as_array().expect("threads");
+    assert!(listed.len() >= 4, "{ebpf}");
+    for thread in listed {
+        let same = ptrace["threads"]
+            .as_array()
+            .expect("threads")
+            .iter()
+            .find(|t| t["tid"] == thread["tid"])
+            .unwrap_or_else(|| panic!("{thread} not in {ptrace}"));
+        assert_eq!(thread, same);
+    }
+    assert_eq!(ebpf["thread_context"], ptrace["thread_context"]);
 }
 
 #[cfg(feature = "ebpf")]

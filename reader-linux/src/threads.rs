@@ -339,19 +339,9 @@ impl ThreadReader {
     pub fn read_thread(&mut self, tid: u32) -> Result<Option<OwnedThreadContext>, SampleError> {
         // The reader's own buffer, taken out for the call and put back after.
         let mut buffer = std::mem::take(&mut self.scratch);
-        let owned = self.sample_into(tid, &mut buffer).map(|context| {
-            context.map(|context| OwnedThreadContext {
-                header: context.header,
-                attrs_data: context.attrs_data.to_vec(),
-                record_address: context.record_address,
-                attributes: context
-                    .attributes()
-                    .map(|(key, value)| {
-                        (key.to_owned(), String::from_utf8_lossy(value).into_owned())
-                    })
-                    .collect(),
-            })
-        });
+        let owned = self
+            .sample_into(tid, &mut buffer)
+            .map(|context| context.map(|context| context.to_owned_context()));
         self.scratch = buffer;
         owned
     }
@@ -516,6 +506,19 @@ impl<'a> ThreadContextRef<'a> {
         self.attributes()
             .find(|(key, _)| *key == name)
             .map(|(_, v)| v)
+    }
+
+    /// The context copied out, as [`ThreadReader::read_thread`] returns it.
+    pub fn to_owned_context(&self) -> OwnedThreadContext {
+        OwnedThreadContext {
+            header: self.header,
+            attrs_data: self.attrs_data.to_vec(),
+            record_address: self.record_address,
+            attributes: self
+                .attributes()
+                .map(|(key, value)| (key.to_owned(), String::from_utf8_lossy(value).into_owned()))
+                .collect(),
+        }
     }
 
     /// Entries dropped because their key index is outside the key map.

@@ -402,6 +402,21 @@ fn rust_writer_with_key_map() {
         .join("examples/ebpf_busy_fixture");
     let target = start(&exe, &[], &[]);
     // Named attributes: the key map of the process context names both paths' samples.
-    let (_, mut sampler) = check("rust-writer", &target, AccessModel::LocalExec, true);
+    let (mut reader, mut sampler) = check("rust-writer", &target, AccessModel::LocalExec, true);
     check_thread_pointers("rust-writer", &target, &mut sampler);
+
+    // A snapshot: every spinning thread, as ptrace reads it, under its own name.
+    let reports = sampler
+        .snapshot(&mut reader, WINDOW)
+        .expect("an eBPF snapshot");
+    for t in &target.threads {
+        let report = reports
+            .iter()
+            .find(|r| r.tid == t.tid)
+            .unwrap_or_else(|| panic!("thread {} not in the snapshot", t.tid));
+        let ebpf = report.context.as_ref().expect("a sampled context");
+        let ptrace = reader.read_thread(t.tid).expect("a ptrace read");
+        assert_eq!(ebpf, &ptrace, "snapshot of thread {}", t.tid);
+        assert!(report.name.starts_with("busy-"), "{}", report.name);
+    }
 }

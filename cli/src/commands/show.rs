@@ -6,21 +6,35 @@ use serde::Serialize;
 use super::threads::{self, Threads};
 use super::{json, text};
 
+/// The threads of `pid`: stopped and read one by one (ptrace), or with `ebpf`, sampled
+/// while they run.
+fn read_threads(pid: u32, raw_keys: bool, ebpf: bool) -> Result<Threads, String> {
+    if !ebpf {
+        return Ok(threads::read(pid, raw_keys));
+    }
+    #[cfg(feature = "ebpf")]
+    return threads::read_ebpf(pid, raw_keys);
+    #[cfg(not(feature = "ebpf"))]
+    Err(super::watch::NO_EBPF.to_owned())
+}
+
 /// Runs `show`. A process that publishes no context is an error (exit status 1); with
-/// `--json` the document still goes to stdout, with `"process_context": null`.
-pub fn run(pid: u32, as_json: bool, raw_keys: bool) -> Result<(), String> {
+/// `--json` the document still goes to stdout, with `"process_context": null`. `ebpf`
+/// takes the threads' contexts from the eBPF sampler: only threads that ran during its
+/// window are listed.
+pub fn run(pid: u32, as_json: bool, raw_keys: bool, ebpf: bool) -> Result<(), String> {
     let read = ProcessContextReader::open(pid).and_then(|mut reader| reader.read());
     let snapshot = match read {
         Ok(snapshot) => Some(snapshot),
         Err(e @ Error::NoContext { .. }) => {
             if as_json {
-                json::print(&document(pid, None, &threads::read(pid, raw_keys)))?;
+                json::print(&document(pid, None, &read_threads(pid, raw_keys, ebpf)?))?;
             }
             return Err(e.to_string());
         }
         Err(e) => return Err(e.to_string()),
     };
-    let threads = threads::read(pid, raw_keys);
+    let threads = read_threads(pid, raw_keys, ebpf)?;
     if as_json {
         json::print(&document(pid, snapshot.as_ref(), &threads))?;
     } else if let Some(s) = &snapshot {
@@ -28,6 +42,14 @@ pub fn run(pid: u32, as_json: bool, raw_keys: bool) -> Result<(), String> {
         print!("{}", text::snapshot(s, &name, boottime_ns()));
         println!();
         print!("{}", threads::text(&threads));
+        #[cfg(feature = "ebpf")]
+        if ebpf {
+            println!(
+                "(eBPF: the threads that ran during {} ms, each as last sampled; threads that \
+                 did not run are not listed)",
+                threads::EBPF_WINDOW.as_millis()
+            );
+        }
     }
     Ok(())
 }

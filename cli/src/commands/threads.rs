@@ -83,6 +83,39 @@ pub fn read(pid: u32, raw_keys: bool) -> Threads {
     }
 }
 
+/// How long `show --ebpf` samples.
+#[cfg(feature = "ebpf")]
+pub const EBPF_WINDOW: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Like [`read`], with the eBPF sampler ticking at 999 Hz on every CPU for
+/// [`EBPF_WINDOW`]: the threads that ran meanwhile, each with the context of its last
+/// sample (a thread that did not run is not listed). Fails when the kernel refuses BPF.
+#[cfg(feature = "ebpf")]
+pub fn read_ebpf(pid: u32, raw_keys: bool) -> Result<Threads, String> {
+    use otel_ctx_reader::{EbpfOptions, EbpfSampler};
+    let mut reader = match open(pid, raw_keys) {
+        Ok(reader) => reader,
+        Err(ThreadError::Tls(TlsError::SymbolNotFound)) => return Ok(Threads::NotPublished),
+        Err(e) => return Ok(Threads::Failed(e.to_string())),
+    };
+    let options = EbpfOptions::default().with_frequency_hz(999);
+    let mut sampler = EbpfSampler::start(&reader, options).map_err(|e| e.to_string())?;
+    let mut reports = sampler
+        .snapshot(&mut reader, EBPF_WINDOW)
+        .map_err(|e| e.to_string())?;
+    if raw_keys {
+        for report in &mut reports {
+            if let Ok(Some(context)) = &mut report.context {
+                name_raw_keys(context);
+            }
+        }
+    }
+    Ok(Threads::Read {
+        reader: Box::new(reader),
+        reports,
+    })
+}
+
 fn table_name(table: SymbolTable) -> &'static str {
     match table {
         SymbolTable::Dynsym => "dynsym",

@@ -30,7 +30,7 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::PerfEvent;
 use aya::{Ebpf, EbpfLoader};
 
-use crate::threads::{ThreadContextRef, ThreadReader};
+use crate::threads::{ThreadContextRef, ThreadReader, ThreadReport};
 use crate::tls::{Resolution, SampleError, SlotContents};
 
 pub use wire::{EBPF_MAX_ATTRS, EBPF_MAX_RECORD_SIZE};
@@ -406,6 +406,43 @@ impl EbpfSampler {
             Err(e) => Err(e),
         };
         Some((tid, context))
+    }
+
+    /// Samples for `window` and reports every thread of the process that ran meanwhile,
+    /// in thread-id order, with the context of its last sample, named as
+    /// [`ThreadReader::read_all`] names them. A thread that did not run during the
+    /// window, or has exited since, is not in the list.
+    pub fn snapshot(
+        &mut self,
+        reader: &mut ThreadReader,
+        window: Duration,
+    ) -> Result<Vec<ThreadReport>, EbpfError> {
+        let mut last = std::collections::BTreeMap::new();
+        let end = std::time::Instant::now() + window;
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            self.wait(left.min(Duration::from_millis(50)))?;
+            while let Some((tid, context)) = self.next_context(reader) {
+                let context = context.map(|c| c.map(|c| c.to_owned_context()));
+                last.insert(tid, context);
+            }
+            if left.is_zero() {
+                break;
+            }
+        }
+        let pid = self.tgid;
+        Ok(last
+            .into_iter()
+            .filter_map(|(tid, context)| {
+                // Gone since its sample: left out, as `read_all` leaves out exited threads.
+                let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+                Some(ThreadReport {
+                    tid,
+                    name: name.trim_end().to_owned(),
+                    context,
+                })
+            })
+            .collect())
     }
 
     /// How often the kernel ran the program (on every tick of every CPU, the target's
