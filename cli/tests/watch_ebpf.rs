@@ -189,3 +189,101 @@ fn a_build_without_the_feature_says_how_to_get_it() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("--features ebpf"), "{stderr}");
 }
+
+/// The routes of the demo service (`otel_ctx_tracing::demo`).
+#[cfg(feature = "ebpf")]
+const DEMO_ROUTES: [&str; 5] = [
+    "/api/checkout",
+    "/api/cart",
+    "/api/cart/items",
+    "/api/products/:id",
+    "/healthz",
+];
+
+#[cfg(feature = "ebpf")]
+#[test]
+fn the_demo_service_sampled_by_ebpf() {
+    use std::os::unix::process::CommandExt;
+    struct Demo(Child);
+    impl Drop for Demo {
+        fn drop(&mut self) {
+            // End of input stops the service.
+            drop(self.0.stdin.take());
+            let _ = self.0.wait();
+        }
+    }
+    let demo = Demo(
+        Command::new(OTEL_CTX)
+            .arg("demo-service")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start the demo service"),
+    );
+    let pid = demo.0.id().to_string();
+    // Wait until it has published its key map.
+    let mut published = false;
+    for _ in 0..100 {
+        let out = Command::new(OTEL_CTX)
+            .args(["show", &pid, "--json"])
+            .output()
+            .expect("run otel-ctx");
+        if out.status.success() {
+            let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+            if doc["process_context"]["attributes"]["threadlocal.attribute_key_map"].is_array() {
+                published = true;
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(published, "the demo service published no key map");
+
+    // Its workers spin inside request spans: the ticks that land there name a route.
+    let out = Command::new(OTEL_CTX)
+        .args([
+            "watch",
+            &pid,
+            "--ebpf",
+            "--hz",
+            "999",
+            "--duration",
+            "1s",
+            "--json",
+        ])
+        .output()
+        .expect("run otel-ctx");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mut routes = 0;
+    for c in doc["counts"].as_array().expect("counts") {
+        let value = c["value"].as_str().expect("value");
+        if DEMO_ROUTES.contains(&value) {
+            routes += 1;
+        } else {
+            assert_eq!(value, "(no context)", "unexpected bucket in {doc}");
+        }
+    }
+    assert!(routes >= 2, "{doc}");
+
+    // `show --ebpf`: every context it lists is a request's.
+    let out = Command::new(OTEL_CTX)
+        .args(["show", &pid, "--ebpf", "--json"])
+        .output()
+        .expect("run otel-ctx");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for thread in doc["threads"].as_array().expect("threads") {
+        let context = &thread["context"];
+        if context.is_null() {
+            assert!(thread.get("error").is_none(), "{thread}");
+            continue;
+        }
+        let route = context["attributes"]["http.route"]
+            .as_str()
+            .expect("a route");
+        assert!(DEMO_ROUTES.contains(&route), "{thread}");
+        assert_eq!(context["trace_id"].as_str().expect("trace id").len(), 32);
+    }
+}
