@@ -474,3 +474,53 @@ impl EbpfSampler {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a source, as aya's are.
+    #[derive(Debug)]
+    struct Outer(io::Error);
+
+    impl fmt::Display for Outer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("`bpf_map_create` failed")
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_privilege() {
+        let e = load_error(
+            "load the BPF object",
+            &Outer(io::Error::from_raw_os_error(1)),
+        );
+        assert!(matches!(e, EbpfError::Permission { .. }), "{e:?}");
+        let message = e.to_string();
+        assert!(
+            message.contains("needs root, or CAP_BPF and CAP_PERFMON")
+                && message.contains("without --ebpf (ptrace)"),
+            "{message}"
+        );
+        // Anything else is the kernel's answer, passed on with its causes.
+        let e = load_error(
+            "load the BPF program",
+            &Outer(io::Error::from_raw_os_error(22)),
+        );
+        let message = e.to_string();
+        assert!(matches!(e, EbpfError::Load(_)), "{e:?}");
+        assert!(
+            message.contains("bpf_map_create") && message.contains("Invalid argument"),
+            "{message}"
+        );
+        assert!(EbpfError::NoBtf
+            .to_string()
+            .contains("/sys/kernel/btf/vmlinux"));
+    }
+}
