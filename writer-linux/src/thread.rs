@@ -65,40 +65,54 @@
 //! separated by `compiler_fence(SeqCst)`, the `atomic_signal_fence(seq_cst)` the
 //! specification asks for.
 
-#[cfg(not(all(
+//! # Outside Linux
+//!
+//! The slot and its records exist only on Linux. Elsewhere this module has [`Key`] and,
+//! with `std`, the future wrappers, which then do nothing (`in_current_thread_context`
+//! polls the future as it is), so that portable code and the integrations built on them
+//! compile everywhere.
+
+#[cfg(all(
     target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-)))]
+    not(any(target_arch = "x86_64", target_arch = "aarch64"))
+))]
 compile_error!(
     "otel-ctx-writer's thread context supports only Linux on x86_64 and aarch64: the \
      otel_thread_ctx_v1 slot is reached through a TLSDESC instruction sequence written for \
      those two architectures"
 );
 
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", target_os = "linux"))]
 mod cleanup;
+#[cfg(target_os = "linux")]
 mod context;
+#[cfg(target_os = "linux")]
 mod error;
 #[cfg(feature = "std")]
 mod future;
 mod key;
 #[cfg(all(test, loom))]
 mod loom;
+#[cfg(target_os = "linux")]
 mod record;
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", target_os = "linux"))]
 mod registry;
+#[cfg(target_os = "linux")]
 mod slot;
 
+#[cfg(target_os = "linux")]
 pub use context::{
     append, append_truncated, attached_attr_count, detach, is_attached, swap, truncate_attrs,
     update, AttachGuard, Attached, ForeignRecord, ThreadContext,
 };
+#[cfg(target_os = "linux")]
 pub use error::ContextError;
 #[cfg(feature = "std")]
 pub use future::{ThreadContextExt, WithThreadContext};
 pub use key::Key;
-#[cfg(feature = "std")]
+#[cfg(all(feature = "std", target_os = "linux"))]
 pub use registry::{register, register_all, registered_keys, RegistryError};
+#[cfg(target_os = "linux")]
 pub use slot::{attached_record_address, tls_slot_address};
 
 /// The name of the TLS symbol: `otel_thread_ctx_v1`.

@@ -7,13 +7,19 @@
 //! [`Future::poll`]: one [`swap`] in, one [`swap`] out, no allocation, lock or system
 //! call per poll.
 //!
+//! Outside Linux there is no slot: [`ThreadContextExt::in_current_thread_context`] then
+//! polls the future as it is, and `with_thread_context` (which takes a record, a Linux
+//! type) is not built.
+//!
 //! ```
+//! # #[cfg(target_os = "linux")] {
 //! use otel_ctx_writer::thread::{Key, ThreadContext, ThreadContextExt};
 //!
 //! let context = ThreadContext::new([1; 16], [2; 8], 0x01, &[(Key::from_index(0), "/cart")])?;
 //! let task = async { /* attached here, on every poll */ }.with_thread_context(context);
 //! # drop(task);
-//! # Ok::<(), otel_ctx_writer::thread::ContextError>(())
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use alloc::boxed::Box;
@@ -22,8 +28,10 @@ use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 
+#[cfg(target_os = "linux")]
 use otel_ctx_codec::record::RecordView;
 
+#[cfg(target_os = "linux")]
 use super::{detach, swap, Attached, Key, ThreadContext};
 
 /// Adapters that attach a thread context around every poll of a future.
@@ -32,6 +40,7 @@ use super::{detach, swap, Attached, Key, ThreadContext};
 pub trait ThreadContextExt: Future + Sized {
     /// Attaches `context` around every poll of this future, on whatever thread polls it,
     /// and puts back what the slot held before when each poll returns.
+    #[cfg(target_os = "linux")]
     fn with_thread_context(self, context: ThreadContext) -> WithThreadContext<Self> {
         WithThreadContext::new(self, Some(context))
     }
@@ -44,8 +53,13 @@ pub trait ThreadContextExt: Future + Sized {
     /// context when the runtime moves it to another worker. The copy is made here, once
     /// (one allocation); another library's record in the slot is opaque to this crate and
     /// is not copied, so the task then runs with none.
+    ///
+    /// Outside Linux, the future is polled as it is.
     fn in_current_thread_context(self) -> WithThreadContext<Self> {
-        WithThreadContext::new(self, current_copy())
+        #[cfg(target_os = "linux")]
+        return WithThreadContext::new(self, current_copy());
+        #[cfg(not(target_os = "linux"))]
+        return WithThreadContext::new(self);
     }
 }
 
@@ -69,9 +83,43 @@ impl<F: Future> ThreadContextExt for F {}
 pub struct WithThreadContext<F> {
     inner: Pin<Box<F>>,
     /// `None` while a poll runs, or when the task runs with no context.
+    #[cfg(target_os = "linux")]
     context: Option<ThreadContext>,
 }
 
+#[cfg(not(target_os = "linux"))]
+impl<F: Future> WithThreadContext<F> {
+    fn new(inner: F) -> Self {
+        Self {
+            inner: Box::pin(inner),
+        }
+    }
+
+    /// The wrapped future (pinned, as it may have been polled).
+    pub fn into_inner(self) -> Pin<Box<F>> {
+        self.inner
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+impl<F: Future> Future for WithThreadContext<F> {
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // No slot outside Linux: the wrapped future is polled as it is.
+        self.get_mut().inner.as_mut().poll(cx)
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+impl<F> fmt::Debug for WithThreadContext<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WithThreadContext").finish_non_exhaustive()
+    }
+}
+
+#[cfg(target_os = "linux")]
 impl<F: Future> WithThreadContext<F> {
     fn new(inner: F, context: Option<ThreadContext>) -> Self {
         Self {
@@ -91,6 +139,7 @@ impl<F: Future> WithThreadContext<F> {
     }
 }
 
+#[cfg(target_os = "linux")]
 impl<F: Future> Future for WithThreadContext<F> {
     type Output = F::Output;
 
@@ -108,6 +157,7 @@ impl<F: Future> Future for WithThreadContext<F> {
     }
 }
 
+#[cfg(target_os = "linux")]
 impl<F> fmt::Debug for WithThreadContext<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WithThreadContext")
@@ -116,6 +166,7 @@ impl<F> fmt::Debug for WithThreadContext<F> {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// Puts back what the slot held before a poll, and takes the task's context back, when
 /// dropped: at the end of the poll, or while a panic in it unwinds.
 struct Restore<'a> {
@@ -123,6 +174,7 @@ struct Restore<'a> {
     context: &'a mut Option<ThreadContext>,
 }
 
+#[cfg(target_os = "linux")]
 impl Drop for Restore<'_> {
     #[inline]
     fn drop(&mut self) {
@@ -133,6 +185,7 @@ impl Drop for Restore<'_> {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// A copy of the context of this crate attached to the calling thread, if any.
 fn current_copy() -> Option<ThreadContext> {
     // The attached record belongs to the slot; taking it out for the copy and putting the
@@ -144,6 +197,7 @@ fn current_copy() -> Option<ThreadContext> {
     copy
 }
 
+#[cfg(target_os = "linux")]
 /// A new record with the same capacity, ids, flags and attribute entries.
 fn copy_of(context: &ThreadContext) -> Option<ThreadContext> {
     let view = RecordView::parse(context.as_bytes(), ThreadContext::CAPACITY).ok()?;
