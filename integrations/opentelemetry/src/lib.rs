@@ -34,21 +34,46 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[cfg(target_os = "linux")]
 use opentelemetry::baggage::BaggageExt;
+#[cfg(target_os = "linux")]
 use opentelemetry::trace::TraceContextExt;
-use opentelemetry::{Array, Context, Value};
+use opentelemetry::Context;
+#[cfg(target_os = "linux")]
+use opentelemetry::{Array, Value};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource as SdkResource;
+#[cfg(target_os = "linux")]
 use otel_ctx_writer::process::{self, global, OwnedValue};
-use otel_ctx_writer::thread::{self, Attached, Key, ThreadContext};
+use otel_ctx_writer::thread::Key;
+#[cfg(target_os = "linux")]
+use otel_ctx_writer::thread::{self, Attached, ThreadContext};
 
 #[cfg(feature = "context-observer")]
+#[cfg_attr(not(target_os = "linux"), path = "observer_noop.rs")]
 pub mod observer;
 #[cfg(feature = "context-observer")]
 pub use observer::ThreadContextObserver;
 
+/// Why the process context could not be published (see `otel_ctx_writer::process`).
+#[cfg(target_os = "linux")]
+pub type PublishError = process::Error;
+/// Why the process context could not be published. Outside Linux nothing is published and
+/// nothing fails.
+#[cfg(not(target_os = "linux"))]
+pub type PublishError = std::convert::Infallible;
+
+/// Why an attribute key could not be registered (see `otel_ctx_writer::thread::register`).
+#[cfg(target_os = "linux")]
+pub use otel_ctx_writer::thread::RegistryError;
+/// Why an attribute key could not be registered. Outside Linux no key is registered and
+/// nothing fails.
+#[cfg(not(target_os = "linux"))]
+pub type RegistryError = std::convert::Infallible;
+
 /// `service.instance.id`, which the SDK's default resource leaves out.
+#[cfg(target_os = "linux")]
 const SERVICE_INSTANCE_ID: &str = "service.instance.id";
 
 /// The process context's resource for an SDK `Resource`: every attribute, with its typed
@@ -58,6 +83,7 @@ const SERVICE_INSTANCE_ID: &str = "service.instance.id";
 /// `otel_ctx_writer::process::ResourceBuilder::build` does; `service.instance.id` keeps the
 /// value of the context this process already published, if any, so that publishing again
 /// does not make the process look like a new instance.
+#[cfg(target_os = "linux")]
 pub fn to_process_resource(resource: &SdkResource) -> Result<process::Resource, process::Error> {
     let mut builder = process::Resource::builder();
     for (key, value) in resource.iter() {
@@ -78,6 +104,7 @@ pub fn to_process_resource(resource: &SdkResource) -> Result<process::Resource, 
 }
 
 /// An SDK attribute value in the codec's owned model.
+#[cfg(target_os = "linux")]
 pub fn to_owned_value(value: &Value) -> OwnedValue {
     match value {
         Value::Bool(v) => OwnedValue::Bool(*v),
@@ -107,8 +134,16 @@ pub fn to_owned_value(value: &Value) -> OwnedValue {
 /// Publishes `resource` as this process's context, through the writer's process-wide
 /// publisher (`otel_ctx_writer::process::global`): the first call publishes, later ones
 /// update. The extra attributes and the thread reference data (the key map) are kept.
-pub fn publish_resource(resource: &SdkResource) -> Result<(), process::Error> {
-    global::publish(to_process_resource(resource)?)
+///
+/// Outside Linux there is no process context: it does nothing.
+pub fn publish_resource(resource: &SdkResource) -> Result<(), PublishError> {
+    #[cfg(target_os = "linux")]
+    return global::publish(to_process_resource(resource)?);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = resource;
+        Ok(())
+    }
 }
 
 /// A [`SpanProcessor`] that publishes the tracer provider's `Resource` as the process
@@ -166,10 +201,12 @@ impl SpanProcessor for ProcessContextProcessor {
 /// It stays on the thread that made it (neither `Send` nor `Sync`).
 #[must_use = "dropping the guard at once puts the previous context back"]
 pub struct Guard {
+    #[cfg(target_os = "linux")]
     previous: Option<Attached>,
     _not_send: PhantomData<*mut ()>,
 }
 
+#[cfg(target_os = "linux")]
 impl Drop for Guard {
     fn drop(&mut self) {
         drop(thread::swap(self.previous.take()));
@@ -178,9 +215,10 @@ impl Drop for Guard {
 
 impl fmt::Debug for Guard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Guard")
-            .field("previous", &self.previous)
-            .finish()
+        let mut guard = f.debug_struct("Guard");
+        #[cfg(target_os = "linux")]
+        guard.field("previous", &self.previous);
+        guard.finish()
     }
 }
 
@@ -193,22 +231,27 @@ impl fmt::Debug for Guard {
 /// Each call allocates one record (a compact, 64-byte one when there are no attributes);
 /// a service that switches spans often installs the observer (feature `context-observer`),
 /// which builds the record once per `Context`, or uses the `tracing` layer.
+///
+/// Outside Linux there is no thread context: it does nothing.
 pub fn attach(cx: &Context) -> Guard {
-    let record = record_for(cx, &[], &[]);
-    Guard {
-        previous: thread::swap(record.map(Attached::Context)),
-        _not_send: PhantomData,
-    }
+    attach_with_attributes(cx, &[])
 }
 
 /// [`attach`], with attributes (keys registered with `otel_ctx_writer::thread::register`),
 /// after those the context carries ([`ThreadAttributes`]). Attributes that do not fit the
 /// 640-byte record are left out.
 pub fn attach_with_attributes(cx: &Context, attrs: &[(Key, &str)]) -> Guard {
-    let record = record_for(cx, &[], attrs);
-    Guard {
-        previous: thread::swap(record.map(Attached::Context)),
+    #[cfg(target_os = "linux")]
+    return Guard {
+        previous: thread::swap(record_for(cx, &[], attrs).map(Attached::Context)),
         _not_send: PhantomData,
+    };
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (cx, attrs);
+        Guard {
+            _not_send: PhantomData,
+        }
     }
 }
 
@@ -274,6 +317,7 @@ impl ThreadAttributesExt for Context {
 /// those the context carries ([`ThreadAttributes`]) and the baggage entries of
 /// `from_baggage` (baggage name, attribute key), each key once (the first value wins).
 /// `None` when the span context is not valid.
+#[cfg(target_os = "linux")]
 pub(crate) fn record_for(
     cx: &Context,
     from_baggage: &[(String, Key)],
