@@ -52,7 +52,7 @@ run_tests cargo test --workspace
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
 # Property tests under emulation: fewer cases (all 256 run natively above).
 run_tests env PROPTEST_CASES=32 cargo test -p otel-ctx-codec --target aarch64-unknown-linux-gnu
-run_tests cargo test -p otel-ctx-writer --target aarch64-unknown-linux-gnu --test 'process_*' --test 'thread_*'
+run_tests cargo test -p otel-ctx-writer --target aarch64-unknown-linux-gnu --lib --test 'process_*' --test 'thread_*'
 
 step "thread-context writer on musl"
 run_tests cargo test -p otel-ctx-writer --target x86_64-unknown-linux-musl --test 'thread_*'

@@ -14,16 +14,18 @@
 //! signal-fence semantics (C++'s `atomic_signal_fence`, Rust's `compiler_fence`), with
 //! no CPU barrier. By the language's rules a fence orders only atomic (and, for the
 //! compiler, volatile) accesses, and a release fence orders nothing before a *later*
-//! store. So every store a reader can see is atomic or volatile, and every step is
-//! separated by `compiler_fence(SeqCst)`:
+//! store. So every store a reader can see is atomic, volatile or an `asm!` store, and
+//! every step is separated by `compiler_fence(SeqCst)`:
 //!
 //! - `valid` and `attrs_data_size`: atomic stores (`attrs_data_size` is one 16-bit store,
 //!   never two bytes);
 //! - trace id, span id and trace flags: atomic stores (the record is 64-aligned, so the
 //!   ids are two, then one, aligned 8-byte words);
-//! - attribute entries, at any offset: volatile stores of at most 16 bytes each, composed
-//!   in registers where the entry is short ([`write_entry_at`]: key, length and a value of
-//!   up to 6 bytes in one 8-byte store, up to 14 bytes in two).
+//! - attribute entries, at any offset: stores of 1, 8 or 16 bytes that the compiler emits
+//!   as they are (volatile, or one store instruction in `asm!`, which the compiler treats as
+//!   an opaque memory access), composed in registers ([`write_entry_at`]: key, length and a
+//!   value of up to 6 bytes in one 8-byte store, up to 14 bytes in two, a 16-byte hex id
+//!   in two).
 //!
 //! The ids and entries are written only where the protocol makes them invisible (inside
 //! `valid = 0`, or past `attrs_data_size`). An entry's 8-byte store may run up to
@@ -32,13 +34,13 @@
 //! block has room for them past its capacity. A record is only ever written by one thread
 //! at a time.
 //!
-//! Entries are volatile stores at their own offsets rather than aligned atomic words
-//! because an entry starts at any byte: building aligned words in registers (shifting each
-//! entry into place) takes more instructions than it saves stores, and this path is bound
-//! by the instructions it runs (measured: slower on every update benchmark). The price is
-//! that rustc passes a volatile store of a byte array through a stack slot (one store and
-//! one load more); composing the short entries in registers makes that one per entry of
-//! up to 8 bytes, two up to 16.
+//! Entries are stores at their own offsets rather than aligned atomic words because an
+//! entry starts at any byte: building aligned words in registers (shifting each entry into
+//! place) takes more instructions than it saves stores, and this path is bound by the
+//! instructions it runs (measured: slower on every update benchmark). The unaligned 8- and
+//! 16-byte stores are `asm!` on x86_64 and aarch64 ([`store8`], [`store16`]): stable Rust's
+//! only unaligned volatile store, `write_volatile` of a byte array, passes the value
+//! through a stack slot (one store and one load more per store).
 //!
 //! The protocol's steps ([`write_update`], [`write_append`], [`write_truncate`]) write
 //! through [`RecordWrites`]: [`RecordPtr`] writes the heap record, and the loom model
@@ -324,15 +326,16 @@ fn check_ids(trace_id: &[u8; 16], span_id: &[u8; 8], trace_flags: u8) -> Result<
 /// entries take.
 #[inline(always)]
 fn checked_attrs_len(attrs: &[(Key, &str)], capacity: usize) -> Result<usize, ContextError> {
+    // One pass with no branch per entry: the lengths summed, and OR-ed together, which is
+    // over 255 exactly when one of them is.
     let mut total = 0;
-    for (key, value) in attrs {
-        if value.len() > MAX_VALUE_LEN {
-            return Err(ContextError::ValueTooLong {
-                key: key.index(),
-                len: value.len(),
-            });
-        }
+    let mut any_len = 0;
+    for (_, value) in attrs {
         total += ENTRY_OVERHEAD + value.len();
+        any_len |= value.len();
+    }
+    if any_len > MAX_VALUE_LEN {
+        return Err(value_too_long(attrs));
     }
     let needed = RECORD_HEADER_SIZE + total;
     if needed > capacity {
@@ -341,9 +344,21 @@ fn checked_attrs_len(attrs: &[(Key, &str)], capacity: usize) -> Result<usize, Co
     Ok(total)
 }
 
+/// The error for the first entry of `attrs` whose value is over 255 bytes (there is one).
+#[cold]
+#[inline(never)]
+fn value_too_long(attrs: &[(Key, &str)]) -> ContextError {
+    let (key, len) = attrs
+        .iter()
+        .map(|(key, value)| (key.index(), value.len()))
+        .find(|&(_, len)| len > MAX_VALUE_LEN)
+        .unwrap_or((0, 0));
+    ContextError::ValueTooLong { key, len }
+}
+
 /// The stores of the writer protocol on one record: the atomic `valid` and
-/// `attrs_data_size`, the atomic ids and volatile entries, and the compiler fences between
-/// the steps. [`RecordPtr`] implements it on the heap record; the loom model, on a model
+/// `attrs_data_size`, the atomic ids, the entries (volatile or `asm!` stores), and the
+/// compiler fences between the steps. [`RecordPtr`] implements it on the heap record; the loom model, on a model
 /// record that sees every store and fence.
 pub(crate) trait RecordWrites: Copy {
     /// Stores `valid` with one atomic byte store.
@@ -358,8 +373,9 @@ pub(crate) trait RecordWrites: Copy {
     /// # Safety
     /// The record must be live and written by no other thread.
     unsafe fn write_ids(self, trace_id: &[u8; 16], span_id: &[u8; 8], trace_flags: u8);
-    /// Writes the entry `key, len, value` at attrs-data offset `at` with volatile stores (of
-    /// any width: the protocol puts them inside `valid = 0` or past `attrs_data_size`).
+    /// Writes the entry `key, len, value` at attrs-data offset `at` with volatile or `asm!`
+    /// stores (of any width: the protocol puts them inside `valid = 0` or past
+    /// `attrs_data_size`).
     /// They may also store up to [`WRITE_AHEAD`] bytes past the entry, as invisible as
     /// the entry and overwritten by the next one (or past the capacity, inside the heap
     /// block).
@@ -380,8 +396,8 @@ pub(crate) trait RecordWrites: Copy {
     /// # Safety
     /// `at` must be below the current `attrs_data_size`.
     unsafe fn attrs_byte(self, at: usize) -> u8;
-    /// `compiler_fence(SeqCst)`: the stores before it (atomic or volatile) are emitted
-    /// before the stores after it, so a reader that stops the thread between two
+    /// `compiler_fence(SeqCst)`: the stores before it (atomic, volatile or `asm!`) are
+    /// emitted before the stores after it, so a reader that stops the thread between two
     /// instructions never sees a later step without the earlier ones.
     fn step_fence(self);
 }
@@ -538,10 +554,20 @@ pub(crate) unsafe fn write_truncate<W: RecordWrites>(record: W, keep: usize) -> 
     kept
 }
 
-/// Writes the entry `key, len, value` at `dst` with volatile stores, composed in
-/// registers where the entry is short: up to 8 bytes (a value of up to 6) take one 8-byte
-/// store, up to 16 bytes two. The 8-byte store of an entry shorter than 8 bytes runs past
-/// it, by up to [`WRITE_AHEAD`] bytes.
+/// Writes the entry `key, len, value` at `dst`, composed in registers and stored with
+/// few wide stores ([`store8`], [`store16`]):
+///
+/// | value length | stores |
+/// |---|---|
+/// | 0 to 6 | one 8-byte word: key, length, value |
+/// | 7 | that word with the first 6 bytes, and the last byte |
+/// | 8 to 14 | the word with the first 6 bytes, and the last 8 bytes |
+/// | 15 | the word, bytes 6 to 14, and the last 8 bytes |
+/// | 16 to 22 | the word, and the last 16 bytes |
+/// | 23 and more | the word, then the rest 16 bytes at a time, the last chunk overlapping |
+///
+/// Overlapping stores write the same bytes twice. An 8-byte store of an entry shorter
+/// than 8 bytes runs past it, by up to [`WRITE_AHEAD`] bytes.
 ///
 /// # Safety
 /// `dst` must be writable for `2 + value.len() + WRITE_AHEAD` bytes; `value` must be at
@@ -552,8 +578,9 @@ unsafe fn write_entry_at(dst: *mut u8, key: u8, value: &[u8]) {
     let src = value.as_ptr();
     // The key and the length as the first two bytes of a little-endian word.
     let header = u64::from(key) | (len as u64) << 8;
-    // SAFETY: every load is inside `value`, every store inside the entry or the
-    // `WRITE_AHEAD` bytes after it (guaranteed by the caller).
+    // SAFETY: every load is inside `value` (the second of a pair starts at `len - width`
+    // with `len >= width`), every store inside the entry or the `WRITE_AHEAD` bytes after
+    // it (guaranteed by the caller).
     unsafe {
         if len <= 8 - ENTRY_OVERHEAD {
             store8(dst, header | load_short(src, len) << 16);
@@ -561,31 +588,125 @@ unsafe fn write_entry_at(dst: *mut u8, key: u8, value: &[u8]) {
             // 7 bytes: the first 6 with the header, the last on its own.
             let value = load_short(src, len);
             store8(dst, header | value << 16);
-            ptr::write_volatile(dst.add(8), (value >> 48) as u8);
-        } else if len <= 16 - ENTRY_OVERHEAD {
-            // The header and the first 6 bytes, then the last 8 of the value: the entry's
-            // last 8 bytes.
-            store8(dst, header | load_u64(src) << 16);
-            store8(dst.add(len - 6), load_u64(src.add(len - 8)));
+            store1(dst.add(8), (value >> 48) as u8);
         } else {
-            // Longer values as they are, 16 bytes at a time: a value just written with one
-            // 16-byte store (a hex id) is loaded with one, which the CPU serves from that
-            // store.
-            ptr::write_volatile(dst, key);
-            ptr::write_volatile(dst.add(1), len as u8);
-            copy_value(src, dst.add(ENTRY_OVERHEAD), len);
+            // 8 bytes or more: the header and the first 6 bytes in one word.
+            store8(dst, header | load_u64(src) << 16);
+            if len <= 16 - ENTRY_OVERHEAD {
+                // The entry's last 8 bytes: the value's last 8.
+                store8(dst.add(len - 6), load_u64(src.add(len - 8)));
+            } else if len < 16 {
+                // 15 bytes: bytes 6 to 14, then the last 8.
+                store8(dst.add(8), load_u64(src.add(6)));
+                store8(dst.add(len - 6), load_u64(src.add(len - 8)));
+            } else if len <= 16 + 6 {
+                // The value's last 16 bytes (a hex id is one such load and store).
+                store16(dst.add(len - 14), src.add(len - 16));
+            } else {
+                // The bytes after the first 6, 16 at a time: there are at least 17.
+                let mut at = 6;
+                while at + 16 < len {
+                    store16(dst.add(ENTRY_OVERHEAD + at), src.add(at));
+                    at += 16;
+                }
+                store16(dst.add(len - 14), src.add(len - 16));
+            }
         }
     }
 }
 
-/// One volatile 8-byte store of the little-endian word `word` at `dst` (no alignment).
+/// One volatile byte store.
+///
+/// # Safety
+/// `dst` must be writable.
+#[inline(always)]
+unsafe fn store1(dst: *mut u8, byte: u8) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { ptr::write_volatile(dst, byte) }
+}
+
+/// One 8-byte store of the little-endian word `word` at `dst` (no alignment), which the
+/// compiler emits as it is: never removed, split, merged or moved across another memory
+/// access.
+///
+/// On x86_64 and aarch64 it is one store instruction in `asm!` (which the compiler treats
+/// as an opaque access to memory, at least as strong as a volatile store). Rust's
+/// `write_volatile` of a `[u8; 8]` (the only unaligned volatile store on stable Rust)
+/// passes the value through a stack slot first: one store and one load more per entry.
 ///
 /// # Safety
 /// `dst` must be writable for 8 bytes.
 #[inline(always)]
 unsafe fn store8(dst: *mut u8, word: u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: one 8-byte store to `dst`, writable by the caller's guarantee; x86_64
+    // allows it unaligned. No stack, no flags.
+    unsafe {
+        core::arch::asm!(
+            "mov qword ptr [{dst}], {word}",
+            dst = in(reg) dst,
+            word = in(reg) word,
+            options(nostack, preserves_flags),
+        );
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: one 8-byte store to `dst`, writable by the caller's guarantee; aarch64
+    // allows it unaligned on normal memory (the heap). No stack, no flags.
+    unsafe {
+        core::arch::asm!(
+            "str {word}, [{dst}]",
+            dst = in(reg) dst,
+            word = in(reg) word.to_le(),
+            options(nostack, preserves_flags),
+        );
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     // SAFETY: guaranteed by the caller; `[u8; 8]` has alignment 1.
-    unsafe { dst.cast::<[u8; 8]>().write_volatile(word.to_le_bytes()) }
+    unsafe {
+        dst.cast::<[u8; 8]>().write_volatile(word.to_le_bytes())
+    }
+}
+
+/// One 16-byte store at `dst` of the 16 bytes at `src` (neither aligned), emitted as it is
+/// ([`store8`] says why in `asm!`).
+///
+/// # Safety
+/// `src` must be readable and `dst` writable for 16 bytes.
+#[inline(always)]
+unsafe fn store16(dst: *mut u8, src: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is part of x86_64; an unaligned 16-byte load inside `src[..16]` (the
+    // caller's guarantee) and one unaligned 16-byte store to `dst`, writable for 16 bytes.
+    unsafe {
+        use core::arch::x86_64::{__m128i, _mm_loadu_si128};
+        let bytes = _mm_loadu_si128(src.cast::<__m128i>());
+        core::arch::asm!(
+            "movups xmmword ptr [{dst}], {bytes}",
+            dst = in(reg) dst,
+            bytes = in(xmm_reg) bytes,
+            options(nostack, preserves_flags),
+        );
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: NEON is part of aarch64; an unaligned 16-byte load inside `src[..16]` (the
+    // caller's guarantee) and one 16-byte store to `dst`, writable for 16 bytes and
+    // allowed unaligned on normal memory.
+    unsafe {
+        use core::arch::aarch64::vld1q_u8;
+        let bytes = vld1q_u8(src);
+        core::arch::asm!(
+            "str {bytes:q}, [{dst}]",
+            dst = in(reg) dst,
+            bytes = in(vreg) bytes,
+            options(nostack, preserves_flags),
+        );
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    // SAFETY: guaranteed by the caller; `[u8; 16]` has alignment 1.
+    unsafe {
+        dst.cast::<[u8; 16]>()
+            .write_volatile(src.cast::<[u8; 16]>().read())
+    }
 }
 
 /// `SHIFT[i]` is `1 << (8 * i)`: a multiplication by it moves bytes up by `i` (one
@@ -638,53 +759,6 @@ unsafe fn load_short(src: *const u8, len: usize) -> u64 {
 unsafe fn load_u64(src: *const u8) -> u64 {
     // SAFETY: guaranteed by the caller; the load is unaligned.
     u64::from_le(unsafe { src.cast::<u64>().read_unaligned() })
-}
-
-/// Copies `len` bytes from `src` to `dst` with volatile stores, without calling `memcpy`:
-/// attribute values are short, and a call costs more than the copy. Lengths from 1 to 16
-/// take two overlapping loads and stores of the largest width that fits; longer values go
-/// 16 bytes at a time, the last chunk overlapping the one before. The stores are of byte
-/// arrays (alignment 1): `dst` has no alignment.
-///
-/// # Safety
-/// `src` must be readable and `dst` writable for `len` bytes; the ranges must not overlap.
-#[inline(always)]
-unsafe fn copy_value(src: *const u8, dst: *mut u8, len: usize) {
-    /// One volatile store of the `N` bytes at `src + at` to `dst + at`.
-    ///
-    /// # Safety
-    /// `src + at` must be readable and `dst + at` writable for `N` bytes.
-    #[inline(always)]
-    unsafe fn chunk<const N: usize>(src: *const u8, dst: *mut u8, at: usize) {
-        // SAFETY: guaranteed by the caller; `[u8; N]` has alignment 1.
-        unsafe {
-            let bytes = src.add(at).cast::<[u8; N]>().read();
-            dst.add(at).cast::<[u8; N]>().write_volatile(bytes);
-        }
-    }
-    // SAFETY: every access below is inside `src[..len]` or `dst[..len]`: the second access
-    // of each pair starts at `len - width` with `len >= width`.
-    unsafe {
-        if len >= 16 {
-            let mut at = 0;
-            while at + 16 < len {
-                chunk::<16>(src, dst, at);
-                at += 16;
-            }
-            chunk::<16>(src, dst, len - 16);
-        } else if len >= 8 {
-            chunk::<8>(src, dst, 0);
-            chunk::<8>(src, dst, len - 8);
-        } else if len >= 4 {
-            chunk::<4>(src, dst, 0);
-            chunk::<4>(src, dst, len - 4);
-        } else if len >= 2 {
-            chunk::<2>(src, dst, 0);
-            chunk::<2>(src, dst, len - 2);
-        } else if len == 1 {
-            ptr::write_volatile(dst, src.read());
-        }
-    }
 }
 
 #[cfg(test)]
