@@ -208,8 +208,8 @@ pub struct EbpfSample<'a> {
 
 /// The eBPF sampler of one process. Dropping it detaches the program from every CPU.
 pub struct EbpfSampler {
-    // Holds the program and its perf-event links: dropped last, it detaches them.
-    _ebpf: Ebpf,
+    /// The program and its perf-event links: dropping it detaches them.
+    ebpf: Ebpf,
     config: Array<MapData, [u64; wire::CONFIG_WORDS]>,
     counters: PerCpuArray<MapData, u64>,
     ring: RingBuf<MapData>,
@@ -255,7 +255,7 @@ impl EbpfSampler {
         let ring = RingBuf::try_from(map(&mut ebpf, "samples")?)
             .map_err(|e| EbpfError::Setup(explain(&e).0))?;
         let mut sampler = Self {
-            _ebpf: ebpf,
+            ebpf,
             config,
             counters,
             ring,
@@ -269,7 +269,7 @@ impl EbpfSampler {
         sampler.write_config()?;
 
         let program: &mut PerfEvent = sampler
-            ._ebpf
+            .ebpf
             .program_mut(PROGRAM_NAME)
             .ok_or_else(|| EbpfError::Setup(format!("the object has no program {PROGRAM_NAME}")))?
             .try_into()
@@ -450,7 +450,7 @@ impl EbpfSampler {
     /// on (`sysctl kernel.bpf_stats_enabled=1`).
     pub fn run_time(&self) -> Result<(u64, Duration), EbpfError> {
         let program = self
-            ._ebpf
+            .ebpf
             .program(PROGRAM_NAME)
             .ok_or_else(|| EbpfError::Setup(format!("the object has no program {PROGRAM_NAME}")))?;
         let info = program
