@@ -14,6 +14,9 @@
 //!   with `FutureExt::with_context`) with no call in the service's code.
 //! - [`ThreadAttributes`]: attribute values a `Context` carries into its record.
 //!
+//! Outside Linux there is no process context and no thread-context slot: the same API
+//! builds and does nothing.
+//!
 //! ```no_run
 //! use opentelemetry::trace::{Tracer, TracerProvider as _};
 //! use opentelemetry_sdk::trace::SdkTracerProvider;

@@ -1,5 +1,5 @@
 //! A demo service traced the way a Rust service is: `tracing` spans, `tracing-opentelemetry`
-//! over the OpenTelemetry SDK, and [`ThreadContextLayer`](crate::ThreadContextLayer), on a
+//! over the OpenTelemetry SDK, and [`ThreadContextLayer`], on a
 //! 4-worker tokio runtime (feature `demo-service`).
 //!
 //! It is the service of the `traced_service` example and of `otel-ctx demo`:

@@ -34,6 +34,12 @@
 //! - **Close**: frees the record; one still attached or kept on another thread is freed
 //!   there, at its exit or when it leaves that thread.
 //!
+//! Outside Linux there is no `otel_thread_ctx_v1` slot: the layer keeps its builder
+//! methods and does nothing, so that a service builds the same subscriber everywhere.
+//!
+//! With the `demo-service` feature, `otel_ctx_tracing::demo` is the demo service of the `traced_service`
+//! example and of `otel-ctx demo`.
+//!
 //! A span entered on two threads at once gets a second record for the second thread,
 //! built on that enter. The export of `otel_thread_ctx_v1` in the binary's `.dynsym` is the
 //! binary's job: see `otel-ctx-export`.
