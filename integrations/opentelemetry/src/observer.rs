@@ -12,13 +12,15 @@
 //!   context whose span context is not valid (no span) attaches nothing: the slot is NULL
 //!   until it is exited, so a reader does not take the enclosing span for this code.
 //! - **exit** (the drop of the `ContextGuard`): the slot gets back what it held before the
-//!   matching enter, and the record returns to its view for the next enter of the same
-//!   `Context` (or of a clone: clones share the view).
+//!   matching enter, and the record is kept on the thread for the next enter of the same
+//!   `Context` (or of a clone: clones share the view), the next poll of the same task most
+//!   often; it returns to its view when another context's record takes its place there.
 //!
-//! A record is in one slot at a time: an enter of a context whose record is already
-//! attached (on another thread, or lower on this thread's stack) attaches a copy, made then
+//! A record is in one place at a time: an enter of a context whose record is attached or
+//! kept on another thread, or lower on this thread's stack, attaches a copy, made then
 //! (one allocation). Every other enter and exit makes no allocation, takes no lock that
-//! waits, and makes no system call.
+//! waits, and makes no system call; an enter of the context exited last on the thread
+//! takes no lock at all.
 //!
 //! Guards dropped out of order: the API notifies only when the innermost context is
 //! exited, naming the context that becomes current; the observer then restores what the
@@ -223,17 +225,19 @@ impl View {
     }
 }
 
-/// The view of `cx`, when the installed observer is this one and made it.
-fn view_of(cx: &Context) -> Option<&View> {
-    cx.observer_view().as_ref()?.as_any().downcast_ref::<View>()
+/// A view of this observer's, from the one a context holds.
+fn ours(view: &Arc<dyn ObserverContextView>) -> Option<&View> {
+    view.as_any().downcast_ref::<View>()
 }
 
 /// What identifies a context with a view (the view's address, shared by its clones); `0`
 /// for every context without one.
 fn identity(cx: &Context) -> usize {
-    cx.observer_view()
-        .as_ref()
-        .map_or(0, |view| Arc::as_ptr(view).cast::<()>() as usize)
+    cx.observer_view().as_ref().map_or(0, address)
+}
+
+fn address(view: &Arc<dyn ObserverContextView>) -> usize {
+    Arc::as_ptr(view).cast::<()>() as usize
 }
 
 /// One enter on this thread, not yet exited.
@@ -242,14 +246,66 @@ struct Entered {
     before: usize,
     /// The record the enter attached, or null.
     record: *const u8,
+    /// The view that record came from, to go back to at the exit.
+    owner: Option<Arc<dyn ObserverContextView>>,
     /// What the slot held before the enter.
     previous: Option<Attached>,
 }
 
-thread_local! {
+/// A record kept on the thread that exited its context last, with its view.
+struct Parked {
+    owner: Arc<dyn ObserverContextView>,
+    record: ThreadContext,
+}
+
+/// What a thread keeps between notifications, in one thread-local.
+struct ThreadState {
     /// This thread's enters, innermost last. It grows to the deepest nesting once and is
     /// reused after: enter and exit do not allocate.
-    static ENTERED: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
+    entered: Vec<Entered>,
+    /// The record of the context this thread exited last, kept here rather than given back
+    /// to its view: the next enter of the same context on this thread (the next poll of
+    /// the same task, most often) attaches it without taking the view's lock. It goes back
+    /// to its view when another record takes its place.
+    parked: Option<Parked>,
+}
+
+thread_local! {
+    static STATE: RefCell<ThreadState> = const {
+        RefCell::new(ThreadState {
+            entered: Vec::new(),
+            parked: None,
+        })
+    };
+}
+
+impl ThreadContextObserver {
+    /// The record to attach for `to`, and the view it goes back to at the exit.
+    fn record_to_attach(
+        &self,
+        state: &mut ThreadState,
+        to: &Context,
+    ) -> (Option<ThreadContext>, Option<Arc<dyn ObserverContextView>>) {
+        let Some(owner) = to.observer_view() else {
+            // Made before the observer was installed: built now, freed at the exit.
+            return (record_for(to, &self.from_baggage, &[]), None);
+        };
+        let Some(view) = ours(owner) else {
+            return (record_for(to, &self.from_baggage, &[]), None);
+        };
+        if view.record.is_none() {
+            return (None, None);
+        }
+        match state.parked.take() {
+            Some(parked) if address(&parked.owner) == address(owner) => {
+                (Some(parked.record), Some(parked.owner))
+            }
+            other => {
+                state.parked = other;
+                (view.take(to, &self.from_baggage), Some(Arc::clone(owner)))
+            }
+        }
+    }
 }
 
 impl ContextObserver for ThreadContextObserver {
@@ -264,36 +320,28 @@ impl ContextObserver for ThreadContextObserver {
     fn on_context_enter(&self, from: &Context, to: &Context) {
         // Called with the API's own thread-local state borrowed: nothing here calls back
         // into `Context::current` or `attach`.
-        let record = match view_of(to) {
-            Some(view) => view.take(to, &self.from_baggage),
-            // Made before the observer was installed: built now.
-            None => record_for(to, &self.from_baggage, &[]),
-        };
-        let address = record.as_ref().map_or(ptr::null(), ThreadContext::as_ptr);
-        let previous = thread::swap(record.map(Attached::Context));
-        let mut entered = Some(Entered {
-            before: identity(from),
-            record: address,
-            previous,
-        });
-        let _ = ENTERED.try_with(|stack| {
-            if let Some(entered) = entered.take() {
-                stack.borrow_mut().push(entered);
-            }
-        });
         // While the thread's locals are being destroyed there is no stack to keep the
-        // previous value on: the enter is undone rather than left without its exit.
-        if let Some(entered) = entered {
-            drop(thread::swap(entered.previous));
-        }
+        // previous value on: nothing is attached then, and the exit finds no enter.
+        let _ = STATE.try_with(|state| {
+            let mut state = state.borrow_mut();
+            let (record, owner) = self.record_to_attach(&mut state, to);
+            let address = record.as_ref().map_or(ptr::null(), ThreadContext::as_ptr);
+            let previous = thread::swap(record.map(Attached::Context));
+            state.entered.push(Entered {
+                before: identity(from),
+                record: address,
+                owner,
+                previous,
+            });
+        });
     }
 
-    fn on_context_exit(&self, from: &Context, to: &Context) {
-        let _ = ENTERED.try_with(|stack| {
-            let mut stack = stack.borrow_mut();
-            let Some(top) = stack.pop() else {
+    fn on_context_exit(&self, _from: &Context, to: &Context) {
+        let evicted = STATE.try_with(|state| {
+            let mut state = state.borrow_mut();
+            let Some(top) = state.entered.pop() else {
                 // An enter from before the observer was installed: nothing to restore.
-                return;
+                return None;
             };
             let target = identity(to);
             let mut restore = top.previous;
@@ -301,21 +349,31 @@ impl ContextObserver for ThreadContextObserver {
                 // Guards dropped out of order: the contexts entered between `to` and
                 // `from` were exited without a notification. Their enters go too, down to
                 // the one made from `to`; if there is none, only the innermost one.
-                if let Some(position) = stack.iter().rposition(|e| e.before == target) {
-                    for entered in stack.drain(position..).rev() {
+                if let Some(position) = state.entered.iter().rposition(|e| e.before == target) {
+                    for entered in state.entered.drain(position..).rev() {
                         // The record of an exited context: freed.
                         drop(std::mem::replace(&mut restore, entered.previous));
                     }
                 }
             }
             let returned = thread::swap(restore);
-            if let Some(Attached::Context(record)) = returned {
-                if record.as_ptr() == top.record {
-                    if let Some(view) = view_of(from) {
-                        view.give_back(record);
-                    }
-                }
+            let (Some(Attached::Context(record)), Some(owner)) = (returned, top.owner) else {
+                return None;
+            };
+            // Kept only if it is the record this enter attached, unchanged since.
+            let unchanged = ours(&owner)
+                .and_then(|view| view.record.as_ref())
+                .is_some_and(|cached| record.as_bytes() == &*cached.bytes);
+            if record.as_ptr() != top.record || !unchanged {
+                return None;
             }
+            state.parked.replace(Parked { owner, record })
         });
+        // Back to its view, outside the borrow of this thread's state.
+        if let Ok(Some(evicted)) = evicted {
+            if let Some(view) = ours(&evicted.owner) {
+                view.give_back(evicted.record);
+            }
+        }
     }
 }
