@@ -112,6 +112,21 @@ impl Sampler {
         let Some(ebpf) = self.ebpf.as_mut() else {
             return self.round();
         };
+        // A failed wait (not an interruption) shows as no samples; the next call retries.
+        let _ = ebpf.wait(wait);
+        // Every sample taken so far is counted before the process is found gone.
+        while let Some((_, context)) = ebpf.next_context(&mut self.reader) {
+            let bucket = match &context {
+                Ok(None) => NO_CONTEXT.to_owned(),
+                Ok(Some(c)) if self.raw_keys => {
+                    value_bucket(&self.by, raw_value(c.attrs_data, &self.by))
+                }
+                Ok(Some(c)) => value_bucket(&self.by, c.attribute(&self.by)),
+                Err(_) => UNREADABLE.to_owned(),
+            };
+            *self.counts.entry(bucket).or_default() += 1;
+            self.samples += 1;
+        }
         if self.last_refresh.elapsed() >= REFRESH {
             self.last_refresh = Instant::now();
             if otel_ctx_reader::is_gone(self.reader.pid()) {
@@ -124,20 +139,6 @@ impl Sampler {
                 let _ = ebpf.set_resolution(self.reader.resolution());
             }
             self.reader.refresh_key_map();
-        }
-        // A failed wait (not an interruption) shows as no samples; the next call retries.
-        let _ = ebpf.wait(wait);
-        while let Some((_, context)) = ebpf.next_context(&mut self.reader) {
-            let bucket = match &context {
-                Ok(None) => NO_CONTEXT.to_owned(),
-                Ok(Some(c)) if self.raw_keys => {
-                    value_bucket(&self.by, raw_value(c.attrs_data, &self.by))
-                }
-                Ok(Some(c)) => value_bucket(&self.by, c.attribute(&self.by)),
-                Err(_) => UNREADABLE.to_owned(),
-            };
-            *self.counts.entry(bucket).or_default() += 1;
-            self.samples += 1;
         }
         Ok(())
     }
@@ -442,6 +443,10 @@ pub fn run(
             // Behind schedule (many threads, a slow target): do not try to catch up.
             next = now;
         }
+    }
+    if sampler.is_ebpf() {
+        // The samples the BPF program took since the last wait: counted, without waiting.
+        let _ = sampler.step(Duration::ZERO);
     }
     let elapsed = started.elapsed();
     if as_json {
