@@ -13,6 +13,7 @@ step "format, lints, docs"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p otel-ctx-writer --no-default-features -- -D warnings
+cargo clippy -p otel-ctx-opentelemetry --features context-observer --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 
 step "dependency rules (ARCHITECTURE.md)"
@@ -42,12 +43,19 @@ cargo build -q -p otel-ctx-codec --target x86_64-unknown-none
 cargo build -q -p otel-ctx-codec --features alloc --target x86_64-unknown-none
 cargo build -q -p otel-ctx-codec --target aarch64-unknown-linux-gnu
 cargo build -q -p otel-ctx-writer --no-default-features --target x86_64-unknown-linux-musl
+# The integrations and the writer's future wrappers build (and do nothing) outside Linux.
+for target in x86_64-apple-darwin x86_64-unknown-freebsd; do
+  cargo check -q --target "$target" -p otel-ctx-writer -p otel-ctx-tracing -p otel-ctx-opentelemetry \
+    --features otel-ctx-tracing/demo-service,otel-ctx-opentelemetry/context-observer
+done
 
 step "spec vectors are up to date"
 python3 spec-vectors/generate.py --check
 
 step "workspace tests (x86_64)"
 run_tests cargo test --workspace
+# The observer tests need the feature that installs a process-wide context observer.
+run_tests cargo test -p otel-ctx-opentelemetry --features context-observer
 
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
 # Property tests under emulation: fewer cases (all 256 run natively above).
