@@ -34,6 +34,7 @@ pub struct otel_thread_ctx {
 /// An attribute of a record: a registered key index and a NUL-terminated UTF-8 value of
 /// at most 255 bytes.
 #[repr(C)]
+#[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
 pub struct otel_thread_ctx_attr {
     /// The key index, from `otel_thread_ctx_register_key`.
@@ -162,12 +163,16 @@ thread_local! {
 }
 
 /// Keeps `block` aside for this thread (freeing the one kept before, if any).
+#[inline(always)]
 fn keep_aside(block: Box<otel_thread_ctx>) {
     // During thread teardown the thread-local may be gone: the block is then just freed.
     let _ = SPARE.try_with(|spare| drop(spare.replace(Some(block))));
 }
 
 /// `previous` as a handle for C (NULL for none), in `block` or the thread's spare block.
+// Always inlined: `previous` then stays in registers instead of making a round trip
+// through memory, which cost more than the attach itself.
+#[inline(always)]
 fn hand_out(
     previous: Option<Attached>,
     block: Option<Box<otel_thread_ctx>>,
@@ -194,6 +199,7 @@ fn hand_out(
 /// # Safety
 ///
 /// `context` is NULL or a live handle from this library, not used by C afterwards.
+#[inline(always)]
 unsafe fn take(context: *mut otel_thread_ctx) -> Result<(Box<otel_thread_ctx>, Attached), Failure> {
     if context.is_null() {
         return Err(CONTEXT_NULL);
@@ -234,13 +240,59 @@ unsafe fn with_args<T>(
         // SAFETY: `attrs` points to `attrs_len` attributes, per the contract.
         (false, len) => unsafe { core::slice::from_raw_parts(attrs, len) },
     };
-    let mut pairs: [(Key, &str); MAX_ATTRS] = [(Key::from_index(0), ""); MAX_ATTRS];
+    // Up to 8 attributes, the common case, are gathered in 192 bytes of stack; clearing
+    // the 7 KiB list of the largest count on every call would cost more than the update,
+    // and so would the page probes of a 7 KiB stack frame: that list is in a frame of its
+    // own.
+    if attrs.len() <= SMALL_ATTRS {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { gather::<SMALL_ATTRS, T>(trace_id, span_id, attrs, with) }
+    } else {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { gather_many(trace_id, span_id, attrs, with) }
+    }
+}
+
+/// [`gather`] into the list of the most attributes a record holds, out of line.
+///
+/// # Safety
+///
+/// As [`gather`].
+#[cold]
+#[inline(never)]
+unsafe fn gather_many<T>(
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    attrs: &[otel_thread_ctx_attr],
+    with: impl FnOnce([u8; 16], [u8; 8], &[(Key, &str)]) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { gather::<MAX_ATTRS, T>(trace_id, span_id, attrs, with) }
+}
+
+/// The most attributes [`with_args`] gathers in its small list.
+const SMALL_ATTRS: usize = 8;
+
+/// Reads the values of `attrs` (at most `N`) into a list of `N` pairs on the stack and
+/// calls `with` on the ids and the pairs read.
+///
+/// # Safety
+///
+/// Every value of `attrs` is NULL or a string readable to its NUL.
+#[inline(always)]
+unsafe fn gather<const N: usize, T>(
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    attrs: &[otel_thread_ctx_attr],
+    with: impl FnOnce([u8; 16], [u8; 8], &[(Key, &str)]) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let mut pairs: [(Key, &str); N] = [(Key::from_index(0), ""); N];
     for (pair, attr) in pairs.iter_mut().zip(attrs) {
         // SAFETY: each value is NULL or a string readable to its NUL.
         let value = unsafe { boundary::str_at(attr.value) }.map_err(value_failure)?;
         *pair = (Key::from_index(attr.key), value);
     }
-    with(trace_id, span_id, &pairs[..attrs.len()])
+    with(trace_id, span_id, &pairs[..attrs.len().min(N)])
 }
 
 impl From<Result<(), Failure>> for otel_thread_ctx_result {

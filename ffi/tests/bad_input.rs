@@ -214,3 +214,40 @@ fn thread_calls_refuse_bad_input_and_attach_detach_swap_round_trip() {
         assert!(message(r.success, r.error_message).contains("256 names"));
     }
 }
+
+#[test]
+fn contexts_of_few_and_many_attributes() {
+    let values: Vec<std::ffi::CString> = (0..40)
+        .map(|i| std::ffi::CString::new(format!("v{i}")).expect("no NUL"))
+        .collect();
+    let attrs: Vec<otel_thread_ctx_attr> = (0u8..)
+        .zip(&values)
+        .map(|(key, value)| otel_thread_ctx_attr {
+            key,
+            value: value.as_ptr(),
+        })
+        .collect();
+    // Both sides of the 8-attribute boundary of the small list, and many more.
+    for len in [0, 1, 8, 9, 40] {
+        // SAFETY: `attrs` holds at least `len` attributes with NUL-terminated values.
+        unsafe {
+            let made = otel_thread_ctx_new(null(), null(), 0, attrs.as_ptr(), len);
+            assert!(made.success, "new with {len}");
+            let previous = otel_thread_ctx_attach(made.context);
+            assert!(previous.success && previous.context.is_null());
+            assert_eq!(otel_thread_ctx_attr_count().count, len);
+            let r = otel_thread_ctx_update(null(), null(), 0, attrs.as_ptr(), len);
+            assert!(r.success, "update with {len}");
+            assert_eq!(otel_thread_ctx_attr_count().count, len);
+            // A bad value after the first 8 is found too.
+            if len > 8 {
+                let mut bad = attrs[..len].to_vec();
+                bad[len - 1].value = null();
+                let r = otel_thread_ctx_update(null(), null(), 0, bad.as_ptr(), len);
+                assert!(message(r.success, r.error_message).contains("value is NULL"));
+                assert_eq!(otel_thread_ctx_attr_count().count, len);
+            }
+            otel_thread_ctx_free(otel_thread_ctx_detach());
+        }
+    }
+}
