@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use otel_ctx_codec::record::RecordHeader;
 use otel_ctx_reader::{
-    AccessModel, EbpfOptions, EbpfSampler, OwnedThreadContext, ThreadReader, ThreadReaderOptions,
+    AccessModel, EbpfOptions, EbpfSampler, OwnedThreadContext, SlotLocation, ThreadReader,
+    ThreadReaderOptions,
 };
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
@@ -418,5 +419,37 @@ fn rust_writer_with_key_map() {
         let ptrace = reader.read_thread(t.tid).expect("a ptrace read");
         assert_eq!(ebpf, &ptrace, "snapshot of thread {}", t.tid);
         assert!(report.name.starts_with("busy-"), "{}", report.name);
+    }
+
+    // A new slot location reaches the program, and no sample computed with the old one
+    // is handed out after the change: first a DTV entry no thread has (every thread
+    // samples as having no TLS block), then the real location again.
+    let good = reader.resolution().clone();
+    let mut nowhere = good.clone();
+    nowhere.location = SlotLocation::Dtv {
+        module_id: 1 << 19,
+        offset: 0,
+    };
+    sampler.set_resolution(&nowhere).expect("reconfigure");
+    let seen = sample(&mut sampler, &mut reader, WINDOW, "nowhere");
+    assert!(!seen.is_empty(), "no sample under the changed location");
+    for (tid, samples) in &seen {
+        assert!(
+            samples.iter().all(Option::is_none),
+            "thread {tid}: {samples:?}"
+        );
+    }
+    sampler.set_resolution(&good).expect("reconfigure");
+    let seen = sample(&mut sampler, &mut reader, WINDOW, "back");
+    for t in target.threads.iter().filter(|t| t.record != 0) {
+        let samples = seen.get(&t.tid).map_or(&[][..], Vec::as_slice);
+        assert!(!samples.is_empty(), "thread {} not sampled", t.tid);
+        assert!(
+            samples
+                .iter()
+                .all(|s| s.as_ref().map(|c| c.record_address) == Some(t.record)),
+            "thread {}: a sample of the old location was handed out: {samples:?}",
+            t.tid
+        );
     }
 }
