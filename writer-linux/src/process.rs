@@ -35,6 +35,14 @@
 //! # Ok::<(), otel_ctx_writer::process::Error>(())
 //! ```
 //!
+//! Without the `alloc` feature (no heap), [`BufferPublisher`] publishes from two buffers
+//! its caller provides: each payload is encoded from the codec's borrowed model
+//! ([`ProcessContext`], [`KeyValue`], [`AnyValue`]) into the buffer the header does not
+//! point at, then the header is switched to it. Its caller puts the thread reference data in
+//! the extra attributes itself (`thread::KeyMap::reference_data`). The mapping, the
+//! protocol steps, the singleton and the fork handling are the same for both publishers,
+//! which share one publication core.
+//!
 //! # One context per process
 //!
 //! The context is a singleton: while a [`Publisher`] is alive in a process, a second
@@ -73,7 +81,9 @@
 //! and where the kernel lacks that (before Linux 4.14), the mapping itself is probed with a
 //! system call.
 
+#[cfg(feature = "alloc")]
 mod attributes;
+mod buffer;
 mod encode;
 mod error;
 #[cfg(feature = "std")]
@@ -83,16 +93,24 @@ mod lock;
 mod loom;
 mod mapping;
 mod publisher;
+#[cfg(feature = "alloc")]
 mod reference;
+#[cfg(feature = "alloc")]
 mod resource;
 
+#[cfg(feature = "alloc")]
 pub use attributes::Attributes;
+pub use buffer::BufferPublisher;
 pub use error::{Error, Step};
 pub use mapping::Backing;
 #[doc(hidden)]
 pub use mapping::Syscalls;
+#[cfg(feature = "alloc")]
 pub use otel_ctx_codec::owned::{OwnedKeyValue, OwnedProcessContext, OwnedValue};
+pub use otel_ctx_codec::proto::{AnyValue, KeyValue, ProcessContext};
+#[cfg(feature = "alloc")]
 pub use publisher::{announce_thread_contexts, set_thread_reference_data, Publisher};
+#[cfg(feature = "alloc")]
 pub use resource::{
     Resource, ResourceBuilder, DEPLOYMENT_ENVIRONMENT_NAME, SERVICE_INSTANCE_ID, SERVICE_NAME,
     SERVICE_VERSION, TELEMETRY_SDK_LANGUAGE, TELEMETRY_SDK_NAME, TELEMETRY_SDK_VERSION,

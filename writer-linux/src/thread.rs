@@ -14,7 +14,11 @@
 //!   record in place, following the writer protocol of the specification (`valid = 0`,
 //!   write, `valid = 1`; or grow past `attrs_data_size` and then publish the new size).
 //! - [`Key`] and, with `std`, [`register`]: attribute keys and the key map published in
-//!   the process context.
+//!   the process context; [`KeyMap`], the fixed-capacity key map (256 names) the registry
+//!   keeps and a program without a heap keeps itself.
+//! - Without a heap: [`ThreadContext::in_storage`] makes a context in a [`RecordStorage`]
+//!   the caller provides (a [`RecordPool`] hands them out from a `static`); everything else
+//!   is the same API.
 //!
 //! ```
 //! use otel_ctx_writer::thread::{self, Key, ThreadContext};
@@ -91,6 +95,7 @@ mod error;
 #[cfg(feature = "std")]
 mod future;
 mod key;
+mod key_map;
 #[cfg(all(test, loom))]
 mod loom;
 #[cfg(target_os = "linux")]
@@ -99,6 +104,8 @@ mod record;
 mod registry;
 #[cfg(target_os = "linux")]
 mod slot;
+#[cfg(target_os = "linux")]
+mod storage;
 
 #[cfg(target_os = "linux")]
 pub use context::{
@@ -110,10 +117,13 @@ pub use error::ContextError;
 #[cfg(feature = "std")]
 pub use future::{ThreadContextExt, WithThreadContext};
 pub use key::Key;
+pub use key_map::{KeyMap, KeyMapFull};
 #[cfg(all(feature = "std", target_os = "linux"))]
 pub use registry::{register, register_all, registered_keys, RegistryError};
 #[cfg(target_os = "linux")]
 pub use slot::{attached_record_address, tls_slot_address};
+#[cfg(target_os = "linux")]
+pub use storage::{RecordPool, RecordStorage};
 
 /// The name of the TLS symbol: `otel_thread_ctx_v1`.
 pub use otel_ctx_codec::threadlocal::TLS_SYMBOL;

@@ -1,15 +1,108 @@
-//! Encoding the resource and extra attributes into the `ProcessContext` payload, through
-//! the codec's owned model, after checking that readers will accept it.
+//! Encoding the resource and extra attributes into the `ProcessContext` payload, after
+//! checking that readers will accept it: into a caller's buffer from the codec's borrowed
+//! model ([`encode_into`]), or, with `alloc`, into a new heap buffer from its owned model
+//! ([`encode_payload`]). Both check the same limits, walking the model they are given.
 
+#[cfg(feature = "alloc")]
 use alloc::boxed::Box;
+#[cfg(feature = "alloc")]
 use alloc::vec;
 
 use otel_ctx_codec::header::MAX_PAYLOAD_SIZE;
+#[cfg(feature = "alloc")]
 use otel_ctx_codec::owned::{OwnedKeyValue, OwnedProcessContext, OwnedValue};
-use otel_ctx_codec::proto::{DecodeError, Limits};
+use otel_ctx_codec::proto::{AnyValue, DecodeError, KeyValue, Limits, ProcessContext};
 
-use super::{Attributes, Error, Resource};
+use super::Error;
+#[cfg(feature = "alloc")]
+use super::{Attributes, Resource};
 
+/// Encodes `context` into the start of `buffer`, after checking that readers with default
+/// [`Limits`] accept it (size, depth and number of attributes). Returns the payload's size.
+///
+/// Fails with [`Error::Encode`] when `buffer` is too small; the buffer may have been
+/// written to then, but nothing else was changed.
+pub(crate) fn encode_into(context: &ProcessContext<'_>, buffer: &mut [u8]) -> Result<u32, Error> {
+    let limits = Limits::default();
+    let mut count = 0;
+    for kv in context.resource.iter().chain(context.attributes) {
+        count_borrowed_key_value(kv, 1, &limits, &mut count).map_err(Error::Unreadable)?;
+    }
+    check_count(count, &limits).map_err(Error::Unreadable)?;
+    let size = context.encoded_len();
+    if size > MAX_PAYLOAD_SIZE as usize {
+        return Err(Error::PayloadTooLarge {
+            size,
+            limit: MAX_PAYLOAD_SIZE,
+        });
+    }
+    let written = context.encode(buffer)?;
+    // At most `MAX_PAYLOAD_SIZE`, checked above.
+    Ok(written as u32)
+}
+
+fn check_count(count: usize, limits: &Limits) -> Result<(), DecodeError> {
+    if count > limits.max_attributes {
+        return Err(DecodeError::TooManyAttributes {
+            limit: limits.max_attributes,
+        });
+    }
+    Ok(())
+}
+
+fn check_depth(depth: usize, limits: &Limits) -> Result<(), DecodeError> {
+    if depth > limits.max_depth {
+        return Err(DecodeError::TooDeep {
+            limit: limits.max_depth,
+        });
+    }
+    Ok(())
+}
+
+/// [`count_key_value`] of the borrowed model.
+fn count_borrowed_key_value(
+    kv: &KeyValue<'_>,
+    depth: usize,
+    limits: &Limits,
+    count: &mut usize,
+) -> Result<(), DecodeError> {
+    *count = count.saturating_add(1);
+    count_borrowed_value(&kv.value, depth, limits, count)
+}
+
+/// [`count_value`] of the borrowed model: a string array's elements count as the elements
+/// of any array.
+fn count_borrowed_value(
+    value: &AnyValue<'_>,
+    depth: usize,
+    limits: &Limits,
+    count: &mut usize,
+) -> Result<(), DecodeError> {
+    check_depth(depth, limits)?;
+    match value {
+        AnyValue::Array(values) => {
+            for value in *values {
+                *count = count.saturating_add(1);
+                count_borrowed_value(value, depth + 1, limits, count)?;
+            }
+        }
+        AnyValue::StringArray(values) => {
+            if !values.is_empty() {
+                check_depth(depth + 1, limits)?;
+            }
+            *count = count.saturating_add(values.len());
+        }
+        AnyValue::KvList(entries) => {
+            for kv in *entries {
+                count_borrowed_key_value(kv, depth + 1, limits, count)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(feature = "alloc")]
 /// A payload, and the resource and extra attributes it encodes.
 pub(crate) struct Encoded {
     pub payload: Box<[u8]>,
@@ -23,6 +116,7 @@ pub(crate) struct Encoded {
 ///
 /// Both are moved into the codec's [`OwnedProcessContext`] and back out, which copies no
 /// key or value.
+#[cfg(feature = "alloc")]
 pub(crate) fn encode_payload(resource: Resource, attributes: Attributes) -> Result<Encoded, Error> {
     let context = OwnedProcessContext {
         resource: resource.into_attributes().into_vec(),
@@ -36,6 +130,7 @@ pub(crate) fn encode_payload(resource: Resource, attributes: Attributes) -> Resu
     })
 }
 
+#[cfg(feature = "alloc")]
 fn encode_context(context: &OwnedProcessContext) -> Result<Box<[u8]>, Error> {
     check_shape(context, &Limits::default()).map_err(Error::Unreadable)?;
     let size = context.encoded_len();
@@ -56,19 +151,16 @@ fn encode_context(context: &OwnedProcessContext) -> Result<Box<[u8]>, Error> {
 ///
 /// Too deep is reported before too many, whatever their order in the context. The walk
 /// goes no deeper than `limits.max_depth + 1`, however deep the values nest.
+#[cfg(feature = "alloc")]
 fn check_shape(context: &OwnedProcessContext, limits: &Limits) -> Result<(), DecodeError> {
     let mut count = 0;
     for kv in context.resource.iter().chain(&context.attributes) {
         count_key_value(kv, 1, limits, &mut count)?;
     }
-    if count > limits.max_attributes {
-        return Err(DecodeError::TooManyAttributes {
-            limit: limits.max_attributes,
-        });
-    }
-    Ok(())
+    check_count(count, limits)
 }
 
+#[cfg(feature = "alloc")]
 fn count_key_value(
     kv: &OwnedKeyValue,
     depth: usize,
@@ -79,17 +171,14 @@ fn count_key_value(
     count_value(&kv.value, depth, limits, count)
 }
 
+#[cfg(feature = "alloc")]
 fn count_value(
     value: &OwnedValue,
     depth: usize,
     limits: &Limits,
     count: &mut usize,
 ) -> Result<(), DecodeError> {
-    if depth > limits.max_depth {
-        return Err(DecodeError::TooDeep {
-            limit: limits.max_depth,
-        });
-    }
+    check_depth(depth, limits)?;
     match value {
         OwnedValue::Array(values) => {
             for value in values {
@@ -107,7 +196,7 @@ fn count_value(
     Ok(())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "alloc"))]
 mod tests {
     use super::*;
     use alloc::vec::Vec;
@@ -200,6 +289,47 @@ mod tests {
         assert_eq!(m[1].value, AnyValueView::Bytes(&[0, 255]));
         assert_eq!(view.resource_value("e"), Some(AnyValueView::Empty));
         assert!(view.attribute_value("e").unwrap() == AnyValue::Array(&[AnyValue::Array(&[])]));
+    }
+
+    /// The borrowed model is checked as the owned one: a string array's elements count as
+    /// attributes, one level deeper than the array.
+    #[test]
+    fn borrowed_contexts_meet_the_same_limits() {
+        let limit = Limits::default().max_attributes;
+        let names = vec!["k"; limit];
+        let mut buffer = vec![0u8; MAX_PAYLOAD_SIZE as usize];
+        for (len, fits) in [(limit - 1, true), (limit, false)] {
+            let resource = [KeyValue {
+                key: "k",
+                value: AnyValue::StringArray(&names[..len]),
+            }];
+            let context = ProcessContext {
+                resource: &resource,
+                attributes: &[],
+            };
+            let owned =
+                Attributes::new().with("k", OwnedValue::string_array(names[..len].iter().copied()));
+            let heap = encode_payload(Resource::from_attributes(owned), Attributes::new());
+            let borrowed = encode_into(&context, &mut buffer);
+            assert_eq!(borrowed.is_ok(), fits);
+            match (heap, borrowed) {
+                (Ok(heap), Ok(size)) => assert_eq!(&buffer[..size as usize], &heap.payload[..]),
+                (Err(heap), Err(borrowed)) => assert_eq!(heap, borrowed),
+                _ => panic!("the two models disagree for {len} elements"),
+            }
+        }
+        let small = [KeyValue {
+            key: "service.name",
+            value: AnyValue::String("checkout"),
+        }];
+        let context = ProcessContext {
+            resource: &small,
+            attributes: &[],
+        };
+        assert!(matches!(
+            encode_into(&context, &mut [0u8; 4]),
+            Err(Error::Encode(_))
+        ));
     }
 
     #[test]

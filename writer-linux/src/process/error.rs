@@ -1,5 +1,6 @@
 //! The one error type of the process-context writer.
 
+#[cfg(feature = "alloc")]
 use alloc::string::String;
 use core::fmt;
 
@@ -93,6 +94,7 @@ pub enum Error {
     },
     /// The attribute key map changed or dropped a name already published; it may only
     /// grow at its end.
+    #[cfg(feature = "alloc")]
     KeyMapNotAppendOnly {
         /// The first key index that differs.
         index: usize,
@@ -116,6 +118,7 @@ impl Error {
             Self::InheritedAcrossFork { .. } => "inherited_across_fork",
             Self::NotPublished => "not_published",
             Self::KeyMapTooLong { .. } => "key_map_too_long",
+            #[cfg(feature = "alloc")]
             Self::KeyMapNotAppendOnly { .. } => "key_map_not_append_only",
         }
     }
@@ -233,6 +236,7 @@ impl fmt::Display for Error {
                 "the attribute key map has {len} names, over the {MAX_KEY_MAP_LEN} that a u8 \
                  key index can reach; register fewer keys"
             ),
+            #[cfg(feature = "alloc")]
             Self::KeyMapNotAppendOnly {
                 index,
                 published,

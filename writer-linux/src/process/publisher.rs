@@ -9,12 +9,16 @@
 //! calls): that is how keys registered with `thread::register` get published both by a
 //! standalone `Publisher` and by `process::global`.
 
+#[cfg(feature = "alloc")]
 use alloc::boxed::Box;
+#[cfg(feature = "alloc")]
 use alloc::vec::Vec;
+#[cfg(feature = "alloc")]
 use core::mem::ManuallyDrop;
 
 use otel_ctx_codec::header::ProcessContextHeader;
 
+#[cfg(feature = "alloc")]
 use super::encode::{encode_payload, Encoded};
 use super::lock::Lock;
 use super::mapping::{
@@ -22,18 +26,22 @@ use super::mapping::{
     prevent_fork_inheritance, publish_header, size_memfd, update_header, withdraw_header, Backing,
     ForkMarker, Mapping, Syscalls,
 };
+#[cfg(feature = "alloc")]
 use super::reference::ThreadReference;
-use super::{Attributes, Error, Resource};
+use super::Error;
+#[cfg(feature = "alloc")]
+use super::{Attributes, Resource};
 
 /// The process's one publication, and what every publication carries.
 static PROCESS: Lock<Process> = Lock::new(Process::new());
 
-struct Process {
+pub(crate) struct Process {
     /// The publication, if any: this process's own, or after a fork the parent's, whose
     /// mapping the child does not have (see [`is_own`]).
     live: Option<Live>,
-    /// The thread-context reference data, once set: part of every publication from then
-    /// on.
+    /// The thread-context reference data, once set: part of every publication of a
+    /// [`Publisher`] from then on.
+    #[cfg(feature = "alloc")]
     thread_reference: Option<ThreadReference>,
     /// The id of the last publication of this process: ids start at 1 and are never
     /// reused, so a handle never mistakes a later publication for its own.
@@ -51,20 +59,30 @@ enum Marker {
     Page(ForkMarker),
 }
 
-/// A publication: the mapping and everything it shows.
-struct Live {
+/// A publication: the mapping and its header's state. The payload it points at is its
+/// publisher's: a heap payload of a [`Publisher`] (kept here, in `owned`), or a buffer of a
+/// `BufferPublisher` (kept by that publisher).
+pub(crate) struct Live {
     id: u64,
     /// The publishing process.
     pid: i32,
     mapping: Mapping,
+    monotonic_published_at_ns: u64,
+    named: bool,
+    syscalls: Syscalls,
+    /// What a [`Publisher`] publishes; `None` for a `BufferPublisher`.
+    #[cfg(feature = "alloc")]
+    owned: Option<Owned>,
+}
+
+/// The heap payload of a [`Publisher`], and the resource and extra attributes it encodes.
+#[cfg(feature = "alloc")]
+struct Owned {
     /// The encoded payload the header points to.
     payload: Box<[u8]>,
     resource: Resource,
     /// The published extra attributes, the thread reference data included.
     attributes: Attributes,
-    monotonic_published_at_ns: u64,
-    named: bool,
-    syscalls: Syscalls,
 }
 
 fn current_pid() -> i32 {
@@ -90,27 +108,11 @@ fn is_own(marker: &Marker, live: &Live) -> bool {
     }
 }
 
-/// The own publication `id`, for the handle of `publisher_pid` to change; any other
-/// handle is one a forked child inherited.
-fn own_live<'a>(
-    live: &'a mut Option<Live>,
-    marker: &Marker,
-    id: u64,
-    publisher_pid: i32,
-) -> Result<&'a mut Live, Error> {
-    match live {
-        Some(live) if live.id == id && is_own(marker, live) => Ok(live),
-        _ => Err(Error::InheritedAcrossFork {
-            publisher_pid,
-            current_pid: current_pid(),
-        }),
-    }
-}
-
 impl Process {
     const fn new() -> Self {
         Self {
             live: None,
+            #[cfg(feature = "alloc")]
             thread_reference: None,
             last_id: 0,
             fork_marker: Marker::Untried,
@@ -142,23 +144,98 @@ impl Process {
         }
     }
 
-    /// Makes `next` the reference data, updating the own publication (if any) with it
-    /// first. On error nothing was changed.
+    /// Makes `next` the reference data, updating the own publication of a [`Publisher`]
+    /// (if any) with it first. A `BufferPublisher` publishes exactly what its caller
+    /// encodes, so its publication is left as it is. On error nothing was changed.
+    #[cfg(feature = "alloc")]
     fn set_thread_reference(&mut self, next: ThreadReference) -> Result<(), Error> {
         let marker = &self.fork_marker;
         if let Some(live) = self.live.as_mut().filter(|live| is_own(marker, live)) {
-            let resource = live.resource.clone();
-            let attributes = live.attributes.clone();
-            live.update(resource, attributes, Some(&next))?;
+            if let Some(owned) = &live.owned {
+                let resource = owned.resource.clone();
+                let attributes = owned.attributes.clone();
+                live.update(resource, attributes, Some(&next))?;
+            }
         }
         self.thread_reference = Some(next);
         Ok(())
     }
+
+    /// Publish step 1: the process context is a singleton. A publication inherited across
+    /// a fork is not this process's (it has no mapping), so it makes way. Returns this
+    /// process's id.
+    fn begin_publish(&mut self) -> Result<i32, Error> {
+        let pid = current_pid();
+        self.discard_inherited();
+        if self.live.is_some() {
+            return Err(Error::AlreadyPublished { pid });
+        }
+        Ok(pid)
+    }
+
+    /// Publish steps 2 to 9 for the encoded payload at `payload` (`payload_size` bytes,
+    /// which stay where they are until the publication switches payload or is
+    /// withdrawn), after [`begin_publish`](Self::begin_publish): makes it this process's
+    /// publication and returns its handle.
+    fn finish_publish(
+        &mut self,
+        pid: i32,
+        payload: u64,
+        payload_size: u32,
+        syscalls: Syscalls,
+        #[cfg(feature = "alloc")] owned: Option<Owned>,
+    ) -> Result<Handle, Error> {
+        let (mapping, monotonic_published_at_ns, named) =
+            publish_mapping(payload, payload_size, &syscalls)?;
+        let id = self.last_id + 1;
+        self.last_id = id;
+        if let Some(marker) = self.fork_marker() {
+            marker.set(id);
+        }
+        let handle = Handle {
+            id,
+            pid,
+            address: mapping.address(),
+            mapping_len: mapping.len(),
+            backing: mapping.backing(),
+        };
+        self.live = Some(Live {
+            id,
+            pid,
+            mapping,
+            monotonic_published_at_ns,
+            named,
+            syscalls,
+            #[cfg(feature = "alloc")]
+            owned,
+        });
+        Ok(handle)
+    }
 }
 
 impl Live {
-    /// The update protocol: replaces the resource and the extra attributes, with
-    /// `reference` (if any) applied to them. On error nothing was changed.
+    /// Update steps 2 to 7: points the header at the encoded payload at `payload`
+    /// (`payload_size` bytes, which stay where they are until the next switch or the
+    /// withdrawal), with a timestamp strictly after the previous one. The previous payload
+    /// may be released once this returns, not before.
+    fn switch_payload(&mut self, payload: u64, payload_size: u32) {
+        // Step 6's timestamp, strictly after the previous one.
+        let monotonic_published_at_ns = next_timestamp(self.monotonic_published_at_ns);
+        // Steps 2 to 6: timestamp 0, barrier, new pointer and size, barrier, new timestamp.
+        update_header(
+            &self.mapping,
+            payload_size,
+            payload,
+            monotonic_published_at_ns,
+        );
+        // Step 7: name the mapping again, unconditionally.
+        self.named = name_mapping(&self.mapping, &self.syscalls).is_ok();
+        self.monotonic_published_at_ns = monotonic_published_at_ns;
+    }
+
+    /// The update protocol of a [`Publisher`]: replaces the resource and the extra
+    /// attributes, with `reference` (if any) applied to them. On error nothing was changed.
+    #[cfg(feature = "alloc")]
     fn update(
         &mut self,
         resource: Resource,
@@ -175,38 +252,27 @@ impl Live {
             resource,
             attributes,
         } = encode_payload(resource, attributes)?;
-        // Step 6's timestamp, strictly after the previous one.
-        let monotonic_published_at_ns = next_timestamp(self.monotonic_published_at_ns);
-        // Steps 2 to 6: timestamp 0, barrier, new pointer and size, barrier, new timestamp.
-        update_header(
-            &self.mapping,
-            payload_size(&payload),
-            payload.as_ptr() as u64,
-            monotonic_published_at_ns,
-        );
-        // Step 7: name the mapping again, unconditionally.
-        self.named = name_mapping(&self.mapping, &self.syscalls).is_ok();
+        self.switch_payload(payload.as_ptr() as u64, payload_size(&payload));
         // Only now, after the new timestamp, the old payload may go.
-        let old = core::mem::replace(&mut self.payload, payload);
+        let old = self.owned.replace(Owned {
+            payload,
+            resource,
+            attributes,
+        });
         drop(old);
-        self.monotonic_published_at_ns = monotonic_published_at_ns;
-        self.resource = resource;
-        self.attributes = attributes;
         Ok(())
     }
 
-    /// Unpublish: timestamp 0, barrier, unmap, free the payload.
+    /// Unpublish: timestamp 0, barrier, unmap; the payload is released after (a heap
+    /// payload freed here, a buffer given back by its publisher's caller).
     fn withdraw(self) -> Result<(), Error> {
-        let Self {
-            mapping, payload, ..
-        } = self;
+        let Self { mapping, .. } = self;
         // Steps 1 and 2: timestamp 0, and a barrier that orders it before the unmap and
         // the payload's release.
         withdraw_header(&mapping);
-        let unmapped = mapping.unmap();
-        // Step 4: free the payload, which nothing points to any more.
-        drop(payload);
-        unmapped
+        // Step 3: unmap. Step 4, the release of the payload, which nothing points to any
+        // more, follows: a heap payload is dropped with the rest of `self` on return.
+        mapping.unmap()
     }
 
     /// Drops an inherited publication without touching its mapping.
@@ -215,8 +281,163 @@ impl Live {
     }
 }
 
+/// What a publisher holds of its publication: its id (publications are told apart by it,
+/// see [`Process::last_id`]) and what does not change while it lives.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Handle {
+    /// The publication this handle is for.
+    id: u64,
+    /// The publishing process, to report a forked child.
+    pid: i32,
+    address: usize,
+    mapping_len: usize,
+    backing: Backing,
+}
+
+impl Handle {
+    /// Calls `f` with the lock held and the publication of this handle, if it is this
+    /// process's own (fails with [`Error::InheritedAcrossFork`] in a forked child).
+    fn with_own<R>(&self, f: impl FnOnce(&mut Live) -> Result<R, Error>) -> Result<R, Error> {
+        let mut process = PROCESS.lock();
+        let process = &mut *process;
+        let marker = &process.fork_marker;
+        match process.live.as_mut() {
+            Some(live) if live.id == self.id && is_own(marker, live) => f(live),
+            _ => Err(Error::InheritedAcrossFork {
+                publisher_pid: self.pid,
+                current_pid: current_pid(),
+            }),
+        }
+    }
+
+    /// Withdraws the publication of this handle: timestamp 0, barrier, unmap. In a forked
+    /// child, which never had the mapping, it only forgets it.
+    fn withdraw(&self) -> Result<(), Error> {
+        let mut process = PROCESS.lock();
+        let Some(live) = process.live.take_if(|live| live.id == self.id) else {
+            // In a forked child that published its own context since: not this handle's.
+            return Ok(());
+        };
+        if is_own(&process.fork_marker, &live) {
+            live.withdraw()
+        } else {
+            live.abandon();
+            Ok(())
+        }
+    }
+
+    /// Calls `f` with the publication of this handle, if it is still in this process (in
+    /// a forked child: until the child publishes its own).
+    fn with_live<R>(&self, f: impl FnOnce(&Live) -> R) -> Option<R> {
+        let process = PROCESS.lock();
+        process
+            .live
+            .as_ref()
+            .filter(|live| live.id == self.id)
+            .map(f)
+    }
+
+    fn is_inherited(&self) -> bool {
+        let process = PROCESS.lock();
+        match process.live.as_ref().filter(|live| live.id == self.id) {
+            Some(live) => !is_own(&process.fork_marker, live),
+            None => true,
+        }
+    }
+
+    fn is_named(&self) -> bool {
+        self.with_live(|live| live.named).unwrap_or(false)
+    }
+
+    fn monotonic_published_at_ns(&self) -> u64 {
+        self.with_live(|live| live.monotonic_published_at_ns)
+            .unwrap_or(0)
+    }
+
+    fn header(&self) -> Option<ProcessContextHeader> {
+        let process = PROCESS.lock();
+        process
+            .live
+            .as_ref()
+            .filter(|live| live.id == self.id && is_own(&process.fork_marker, live))
+            .map(|live| live.mapping.header())
+    }
+}
+
+/// The publication primitives without a heap, for `BufferPublisher`: the caller encodes
+/// each payload into memory that stays put until the next switch or the withdrawal.
+pub(crate) mod raw {
+    use super::{Handle, Process, Syscalls, PROCESS};
+    use crate::process::Error;
+    use otel_ctx_codec::header::ProcessContextHeader;
+
+    /// Publish steps 1 to 9 for the encoded payload at `payload`, made by `encode` once
+    /// the singleton check passed.
+    pub(crate) fn publish(
+        syscalls: Syscalls,
+        encode: impl FnOnce() -> Result<(u64, u32), Error>,
+    ) -> Result<Handle, Error> {
+        let mut process = PROCESS.lock();
+        let process: &mut Process = &mut process;
+        let pid = process.begin_publish()?;
+        let (payload, payload_size) = encode()?;
+        process.finish_publish(
+            pid,
+            payload,
+            payload_size,
+            syscalls,
+            #[cfg(feature = "alloc")]
+            None,
+        )
+    }
+
+    /// Update steps 2 to 7 for the publication of `handle`, to the payload `encode` makes
+    /// (called only once the publication is known to be this process's own).
+    pub(crate) fn switch(
+        handle: &Handle,
+        encode: impl FnOnce() -> Result<(u64, u32), Error>,
+    ) -> Result<(), Error> {
+        handle.with_own(|live| {
+            let (payload, payload_size) = encode()?;
+            live.switch_payload(payload, payload_size);
+            Ok(())
+        })
+    }
+
+    /// Unpublish steps 1 to 3 for the publication of `handle`.
+    pub(crate) fn withdraw(handle: &Handle) -> Result<(), Error> {
+        handle.withdraw()
+    }
+
+    /// Whether `handle`'s publication is not this process's (inherited across a fork).
+    pub(crate) fn is_inherited(handle: &Handle) -> bool {
+        handle.is_inherited()
+    }
+
+    /// The header of `handle`'s publication, in this process.
+    pub(crate) fn header(handle: &Handle) -> Option<ProcessContextHeader> {
+        handle.header()
+    }
+
+    /// The timestamp of `handle`'s publication.
+    pub(crate) fn monotonic_published_at_ns(handle: &Handle) -> u64 {
+        handle.monotonic_published_at_ns()
+    }
+
+    /// Whether the last naming of `handle`'s mapping succeeded.
+    pub(crate) fn is_named(handle: &Handle) -> bool {
+        handle.is_named()
+    }
+
+    /// The mapping's address, length and backing.
+    pub(crate) fn mapping(handle: &Handle) -> (usize, usize, crate::process::Backing) {
+        (handle.address, handle.mapping_len, handle.backing)
+    }
+}
+
 /// Publish, steps 1 to 9; with `announce`, with [`ThreadReference::announced`] when the
 /// process has no reference data yet.
+#[cfg(feature = "alloc")]
 fn publish(
     resource: Resource,
     attributes: Attributes,
@@ -225,13 +446,7 @@ fn publish(
 ) -> Result<Publisher, Error> {
     let mut process = PROCESS.lock();
     let process = &mut *process;
-    let pid = current_pid();
-    // Step 1: the process context is a singleton. A publication inherited across a fork
-    // is not this process's (it has no mapping), so it makes way.
-    process.discard_inherited();
-    if process.live.is_some() {
-        return Err(Error::AlreadyPublished { pid });
-    }
+    let pid = process.begin_publish()?;
     let announced = match (&process.thread_reference, announce) {
         (None, true) => Some(ThreadReference::announced()),
         _ => None,
@@ -247,35 +462,23 @@ fn publish(
         resource,
         attributes,
     } = encode_payload(resource, attributes)?;
-    let (mapping, monotonic_published_at_ns, named) =
-        publish_mapping(&payload, payload_size(&payload), &syscalls)?;
-    let id = process.last_id + 1;
-    process.last_id = id;
-    if let Some(marker) = process.fork_marker() {
-        marker.set(id);
-    }
+    // The heap block does not move when the box does.
+    let (address, size) = (payload.as_ptr() as u64, payload_size(&payload));
+    let handle = process.finish_publish(
+        pid,
+        address,
+        size,
+        syscalls,
+        Some(Owned {
+            payload,
+            resource,
+            attributes,
+        }),
+    )?;
     if announced.is_some() {
         process.thread_reference = announced;
     }
-    let publisher = Publisher {
-        id,
-        pid,
-        address: mapping.address(),
-        mapping_len: mapping.len(),
-        backing: mapping.backing(),
-    };
-    process.live = Some(Live {
-        id,
-        pid,
-        mapping,
-        payload,
-        resource,
-        attributes,
-        monotonic_published_at_ns,
-        named,
-        syscalls,
-    });
-    Ok(publisher)
+    Ok(Publisher { handle })
 }
 
 /// Sets the thread-context reference data (OTEP 4947) of this process:
@@ -292,6 +495,7 @@ fn publish(
 /// already set changes or disappears, and with [`Error::KeyMapTooLong`] beyond 256 names;
 /// and with the errors of [`Publisher::update`] when the new payload cannot be published.
 /// On error nothing was changed.
+#[cfg(feature = "alloc")]
 pub fn set_thread_reference_data(schema_version: &str, key_map: &[&str]) -> Result<(), Error> {
     let mut process = PROCESS.lock();
     let next =
@@ -309,6 +513,7 @@ pub fn set_thread_reference_data(schema_version: &str, key_map: &[&str]) -> Resu
 /// the thread contexts itself, and registering an attribute key announces them too; a
 /// process that publishes with a standalone [`Publisher`] and attaches thread contexts
 /// without registering any key calls this (before or after publishing).
+#[cfg(feature = "alloc")]
 pub fn announce_thread_contexts() -> Result<(), Error> {
     let mut process = PROCESS.lock();
     if process.thread_reference.is_some() {
@@ -326,17 +531,13 @@ pub fn announce_thread_contexts() -> Result<(), Error> {
 /// The publication itself is process-wide (the context is a singleton), so that the thread
 /// reference data ([`set_thread_reference_data`], `thread::register`) reaches it too;
 /// the accessors return copies of it.
+#[cfg(feature = "alloc")]
 #[derive(Debug)]
 pub struct Publisher {
-    /// The publication this handle is for.
-    id: u64,
-    /// The publishing process, to report a forked child.
-    pid: i32,
-    address: usize,
-    mapping_len: usize,
-    backing: Backing,
+    handle: Handle,
 }
 
+#[cfg(feature = "alloc")]
 impl Publisher {
     /// Publishes `resource` and the extra `attributes` (field 2 of the payload) as this
     /// process's context, with the thread reference data if the process has set any
@@ -379,8 +580,14 @@ impl Publisher {
     pub fn update(&mut self, resource: Resource, attributes: Attributes) -> Result<(), Error> {
         let mut process = PROCESS.lock();
         let process = &mut *process;
-        let live = own_live(&mut process.live, &process.fork_marker, self.id, self.pid)?;
-        live.update(resource, attributes, process.thread_reference.as_ref())
+        let reference = process.thread_reference.as_ref();
+        let marker = &process.fork_marker;
+        match process.live.as_mut() {
+            Some(live) if live.id == self.handle.id && is_own(marker, live) => {
+                live.update(resource, attributes, reference)
+            }
+            _ => Err(self.inherited()),
+        }
     }
 
     /// [`update`](Self::update) with a copy of the current resource and extra attributes,
@@ -391,12 +598,10 @@ impl Publisher {
     ) -> Result<(), Error> {
         // `change` runs without the lock held: it may call into this crate (register a
         // key, read the context).
-        let (mut resource, mut attributes) = {
-            let mut process = PROCESS.lock();
-            let process = &mut *process;
-            let live = own_live(&mut process.live, &process.fork_marker, self.id, self.pid)?;
-            (live.resource.clone(), live.attributes.clone())
-        };
+        let (mut resource, mut attributes) = self.handle.with_own(|live| {
+            let owned = live.owned.as_ref().ok_or(Error::NotPublished)?;
+            Ok((owned.resource.clone(), owned.attributes.clone()))
+        })?;
         change(&mut resource, &mut attributes);
         self.update(resource, attributes)
     }
@@ -412,105 +617,90 @@ impl Publisher {
     }
 
     fn withdraw(&mut self) -> Result<(), Error> {
-        let mut process = PROCESS.lock();
-        let Some(live) = process.live.take_if(|live| live.id == self.id) else {
-            // In a forked child that published its own context since: not this handle's.
-            return Ok(());
-        };
-        if is_own(&process.fork_marker, &live) {
-            live.withdraw()
-        } else {
-            live.abandon();
-            Ok(())
+        self.handle.withdraw()
+    }
+
+    fn inherited(&self) -> Error {
+        Error::InheritedAcrossFork {
+            publisher_pid: self.handle.pid,
+            current_pid: current_pid(),
         }
     }
 
-    /// Calls `f` with the publication of this handle, if it is still in this process (in
-    /// a forked child: until the child publishes its own).
-    fn with_live<R>(&self, f: impl FnOnce(&Live) -> R) -> Option<R> {
-        let process = PROCESS.lock();
-        process
-            .live
-            .as_ref()
-            .filter(|live| live.id == self.id)
-            .map(f)
+    /// Calls `f` with what this handle published, if it is still in this process (in a
+    /// forked child: until the child publishes its own).
+    fn with_owned<R>(&self, f: impl FnOnce(&Owned) -> R) -> Option<R> {
+        self.handle
+            .with_live(|live| live.owned.as_ref().map(f))
+            .flatten()
     }
 
     /// Whether this publisher was inherited by a forked child (this process is not the
     /// one that published, and has no context mapping), even one with the publisher's pid
     /// in another PID namespace.
     pub fn is_inherited(&self) -> bool {
-        let process = PROCESS.lock();
-        match process.live.as_ref().filter(|live| live.id == self.id) {
-            Some(live) => !is_own(&process.fork_marker, live),
-            None => true,
-        }
+        self.handle.is_inherited()
     }
 
     /// The process that published the context (its pid in its own PID namespace).
     pub fn pid(&self) -> i32 {
-        self.pid
+        self.handle.pid
     }
 
     /// A copy of the published resource.
     pub fn resource(&self) -> Resource {
-        self.with_live(|live| live.resource.clone())
+        self.with_owned(|owned| owned.resource.clone())
             .unwrap_or_default()
     }
 
     /// A copy of the published extra attributes (field 2 of the payload), the thread
     /// reference data included.
     pub fn attributes(&self) -> Attributes {
-        self.with_live(|live| live.attributes.clone())
+        self.with_owned(|owned| owned.attributes.clone())
             .unwrap_or_default()
     }
 
     /// The published `monotonic_published_at_ns`.
     pub fn monotonic_published_at_ns(&self) -> u64 {
-        self.with_live(|live| live.monotonic_published_at_ns)
-            .unwrap_or(0)
+        self.handle.monotonic_published_at_ns()
     }
 
     /// A copy of the encoded payload the header points to.
     pub fn payload(&self) -> Vec<u8> {
-        self.with_live(|live| live.payload.to_vec())
+        self.with_owned(|owned| owned.payload.to_vec())
             .unwrap_or_default()
     }
 
     /// Address of the mapping (and of the header at its start) in this process.
     pub fn address(&self) -> usize {
-        self.address
+        self.handle.address
     }
 
     /// Length of the mapping in bytes.
     pub fn mapping_len(&self) -> usize {
-        self.mapping_len
+        self.handle.mapping_len
     }
 
     /// What backs the mapping.
     pub fn backing(&self) -> Backing {
-        self.backing
+        self.handle.backing
     }
 
     /// Whether the last naming `prctl` succeeded: the mapping then shows as
     /// `[anon:OTEL_CTX]` or `[anon_shmem:OTEL_CTX]` in `/proc/<pid>/maps`; otherwise a
     /// memfd-backed one shows as `/memfd:OTEL_CTX (deleted)`.
     pub fn is_named(&self) -> bool {
-        self.with_live(|live| live.named).unwrap_or(false)
+        self.handle.is_named()
     }
 
     /// The header as it is in the mapping now, read with atomic loads; `None` in a forked
     /// child, which does not have the mapping.
     pub fn header(&self) -> Option<ProcessContextHeader> {
-        let process = PROCESS.lock();
-        process
-            .live
-            .as_ref()
-            .filter(|live| live.id == self.id && is_own(&process.fork_marker, live))
-            .map(|live| live.mapping.header())
+        self.handle.header()
     }
 }
 
+#[cfg(feature = "alloc")]
 impl Drop for Publisher {
     fn drop(&mut self) {
         // Unpublishing is optional at shutdown, and a failed munmap leaves only a
@@ -519,6 +709,7 @@ impl Drop for Publisher {
     }
 }
 
+#[cfg(feature = "alloc")]
 /// `payload.len()` as the header's `u32`; [`encode_payload`] never returns more than
 /// 65536 bytes.
 fn payload_size(payload: &[u8]) -> u32 {
@@ -528,7 +719,7 @@ fn payload_size(payload: &[u8]) -> u32 {
 /// Publish steps 2 to 9: create, fill and name the mapping. Returns it with its timestamp
 /// and whether naming worked.
 fn publish_mapping(
-    payload: &[u8],
+    payload: u64,
     payload_size: u32,
     syscalls: &Syscalls,
 ) -> Result<(Mapping, u64, bool), Error> {
@@ -548,12 +739,7 @@ fn publish_mapping(
     prevent_fork_inheritance(&mapping)?;
     // Steps 6 to 8: the header fields, a barrier, the timestamp last.
     let monotonic_published_at_ns = next_timestamp(0);
-    publish_header(
-        &mapping,
-        payload_size,
-        payload.as_ptr() as u64,
-        monotonic_published_at_ns,
-    );
+    publish_header(&mapping, payload_size, payload, monotonic_published_at_ns);
     let named = name_mapping(&mapping, syscalls);
     match (mapping.backing(), named) {
         (Backing::Anonymous { memfd_error }, Err(naming)) => {

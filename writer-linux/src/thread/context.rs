@@ -9,7 +9,7 @@ use otel_ctx_codec::record::{COMPACT_RECORD_SIZE, MAX_RECORD_SIZE};
 
 use super::record::{Record, RecordPtr};
 use super::slot::{self, Held};
-use super::{ContextError, Key};
+use super::{ContextError, Key, RecordStorage};
 
 /// One thread-context record, owned: trace id, span id, trace flags and attributes.
 ///
@@ -17,6 +17,12 @@ use super::{ContextError, Key};
 /// ([`ThreadContext::CAPACITY`] = 640 bytes, [`ThreadContext::COMPACT_CAPACITY`] = 64 bytes
 /// — one cache line — or any size from 28 to 640 bytes); updates, appends, attach and
 /// detach never allocate, lock or make a system call.
+///
+/// Without a heap (or without the `alloc` feature), the record lives in a
+/// [`RecordStorage`] the caller provides ([`ThreadContext::in_storage`], for example from a
+/// [`RecordPool`](super::RecordPool)): the same record, written by the same code, attached,
+/// detached and swapped by the same functions; dropping such a context forgets its storage
+/// rather than freeing it, and [`ThreadContext::into_storage`] gives the storage back.
 ///
 /// # Ownership
 ///
@@ -47,8 +53,9 @@ pub struct ThreadContext {
     record: RecordPtr,
 }
 
-// SAFETY: a detached context exclusively owns its heap block, like a `Box<[u8]>`; nothing
-// else refers to it (an attached context is not a value of this type).
+// SAFETY: a detached context exclusively owns its block (on the heap, like a `Box<[u8]>`,
+// or the caller's `&'static mut RecordStorage`); nothing else refers to it (an attached
+// context is not a value of this type).
 unsafe impl Send for ThreadContext {}
 // SAFETY: `&ThreadContext` only allows reading the record.
 unsafe impl Sync for ThreadContext {}
@@ -66,6 +73,7 @@ impl ThreadContext {
     /// trace. Errors if only one of the ids is set or `trace_flags` is set without ids
     /// (OTEP 4947: both ids or neither, and no flags without ids), if a value is over 255
     /// bytes, or if the attributes do not fit.
+    #[cfg(feature = "alloc")]
     pub fn new(
         trace_id: [u8; 16],
         span_id: [u8; 8],
@@ -79,6 +87,7 @@ impl ThreadContext {
 
     /// A record of [`COMPACT_CAPACITY`](Self::COMPACT_CAPACITY) bytes (36 bytes of
     /// attributes) with these ids and attributes.
+    #[cfg(feature = "alloc")]
     pub fn compact(
         trace_id: [u8; 16],
         span_id: [u8; 8],
@@ -91,10 +100,50 @@ impl ThreadContext {
     }
 
     /// An empty, valid record (no trace, no attributes) of `capacity` bytes, 28 to 640.
+    #[cfg(feature = "alloc")]
     pub fn with_capacity(capacity: usize) -> Result<Self, ContextError> {
         Ok(Self {
             record: RecordPtr::allocate(capacity)?,
         })
+    }
+
+    /// An empty, valid record (no trace, no attributes) of `capacity` bytes, 28 to 640, in
+    /// the caller's `storage`, which the context owns from now on: no allocation.
+    ///
+    /// Whatever `storage` held before is overwritten. Errors only for a capacity out of
+    /// range (and then the storage is lost with the error: check the capacity first when
+    /// the storage is to be reused).
+    pub fn in_storage(
+        storage: &'static mut RecordStorage,
+        capacity: usize,
+    ) -> Result<Self, ContextError> {
+        // The block's first byte: the storage is `repr(C)`, its bytes at offset 0.
+        let block = NonNull::from(storage).cast::<u8>();
+        Ok(Self {
+            // SAFETY: the `&'static mut` is given up here: the block is the record's alone
+            // until `into_storage` rebuilds it.
+            record: unsafe { RecordPtr::in_storage(block, capacity)? },
+        })
+    }
+
+    /// The storage of a context made with [`in_storage`](Self::in_storage), given back
+    /// (for another context); `None` for a context on the heap, which is freed.
+    pub fn into_storage(self) -> Option<&'static mut RecordStorage> {
+        let this = ManuallyDrop::new(self);
+        match this.record.storage() {
+            // SAFETY: the block of a context made in a `&'static mut RecordStorage`,
+            // which the record owned alone and which nothing reaches any more: the context
+            // is consumed and was not attached (an attached context is not a value).
+            Some(block) => Some(unsafe { &mut *block.as_ptr().cast::<RecordStorage>() }),
+            None => {
+                #[cfg(feature = "alloc")]
+                // SAFETY: as in `drop`: a heap record reachable from no slot.
+                unsafe {
+                    this.record.free()
+                };
+                None
+            }
+        }
     }
 
     /// The most bytes this record can take, header included.
@@ -198,9 +247,13 @@ impl ThreadContext {
 
 impl Drop for ThreadContext {
     fn drop(&mut self) {
-        // SAFETY: a value of this type is never reachable from a slot (attaching consumes
-        // it), so nothing else can use the record.
-        unsafe { self.record.free() }
+        // A record in a caller's storage is forgotten: the storage is `'static`.
+        #[cfg(feature = "alloc")]
+        if self.record.storage().is_none() {
+            // SAFETY: a value of this type is never reachable from a slot (attaching
+            // consumes it), so nothing else can use the record.
+            unsafe { self.record.free() }
+        }
     }
 }
 

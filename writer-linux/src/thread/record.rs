@@ -1,7 +1,8 @@
 //! The memory of one record and the writes of the writer protocol.
 //!
-//! A record lives in one heap block: a 64-byte prefix that holds the record's capacity,
-//! then the record itself, which therefore starts on a cache line (a 64-byte compact
+//! A record lives in one block, on the heap (feature `alloc`) or in a caller's
+//! [`RecordStorage`](super::RecordStorage), laid out the same way: a 64-byte prefix that
+//! holds the record's capacity and where the block came from, then the record itself, which therefore starts on a cache line (a 64-byte compact
 //! record is one line) and is 2-aligned as the specification requires. The slot points at
 //! the record, not at the block, so that an external reader sees exactly the bytes of the
 //! specification; the prefix lets the writer turn a pointer taken back from the slot into
@@ -47,6 +48,7 @@
 //! (`loom.rs`, under `--cfg loom`) runs the same functions on a model record to check them
 //! against a reader that stops the thread anywhere.
 
+#[cfg(feature = "alloc")]
 use core::alloc::Layout;
 use core::ptr::{self, NonNull};
 use core::sync::atomic::{compiler_fence, AtomicU16, AtomicU64, AtomicU8, Ordering};
@@ -62,10 +64,17 @@ use super::{ContextError, Key};
 /// Opaque type of the bytes the slot points at (only ever used behind a pointer).
 pub(crate) enum Record {}
 
-/// Bytes before the record in its heap block.
-const PREFIX: usize = 64;
-/// Alignment of the heap block, hence of the record: one cache line.
-const BLOCK_ALIGN: usize = 64;
+/// Bytes before the record in its block.
+pub(crate) const PREFIX: usize = 64;
+/// Alignment of the block, hence of the record: one cache line.
+pub(crate) const BLOCK_ALIGN: usize = 64;
+/// Offset in the prefix of the byte that says where the block came from.
+const ORIGIN_OFFSET: usize = 2;
+/// The block is the heap's (zero-filled by the allocation).
+#[cfg(feature = "alloc")]
+const ORIGIN_HEAP: u8 = 0;
+/// The block is a caller's [`RecordStorage`](super::RecordStorage).
+const ORIGIN_STORAGE: u8 = 1;
 /// Bytes past its end that the write of an entry may store ([`write_entry_at`]): an
 /// 8-byte store of an entry of 2 bytes.
 pub(crate) const WRITE_AHEAD: usize = 8 - ENTRY_OVERHEAD;
@@ -78,6 +87,7 @@ const _: () = {
     assert!(TRACE_ID_OFFSET.is_multiple_of(8) && SPAN_ID_OFFSET.is_multiple_of(8));
 };
 
+#[cfg(feature = "alloc")]
 /// Layout of the heap block of a record of `capacity` bytes, with room for the bytes an
 /// entry's write may store past the end of the record ([`WRITE_AHEAD`]).
 fn block_layout(capacity: usize) -> Layout {
@@ -94,6 +104,7 @@ pub(crate) struct RecordPtr(NonNull<u8>);
 
 impl RecordPtr {
     /// Allocates an empty record (no ids, no attributes, `valid = 1`) of `capacity` bytes.
+    #[cfg(feature = "alloc")]
     pub(crate) fn allocate(capacity: usize) -> Result<Self, ContextError> {
         if !(RECORD_HEADER_SIZE..=MAX_RECORD_SIZE).contains(&capacity) {
             return Err(ContextError::CapacityOutOfRange { capacity });
@@ -116,6 +127,45 @@ impl RecordPtr {
         }
     }
 
+    /// Makes an empty record (no ids, no attributes, `valid = 1`) of `capacity` bytes in
+    /// the caller's block `storage`, which must be `PREFIX + MAX_RECORD_SIZE +
+    /// WRITE_AHEAD` bytes, 64-aligned.
+    ///
+    /// # Safety
+    /// `storage` must be exclusively the record's from now on, until it is given back by
+    /// [`RecordPtr::storage`].
+    pub(crate) unsafe fn in_storage(
+        storage: NonNull<u8>,
+        capacity: usize,
+    ) -> Result<Self, ContextError> {
+        if !(RECORD_HEADER_SIZE..=MAX_RECORD_SIZE).contains(&capacity) {
+            return Err(ContextError::CapacityOutOfRange { capacity });
+        }
+        // SAFETY: the block is the caller's, large enough for the prefix and a record of
+        // the largest capacity, and 64-aligned: the prefix holds the capacity as a u16 at
+        // its start and the origin byte, the record starts at `PREFIX`. Nothing can see the
+        // record yet, so plain writes need no ordering.
+        unsafe {
+            storage.as_ptr().cast::<u16>().write(capacity as u16);
+            storage.as_ptr().add(ORIGIN_OFFSET).write(ORIGIN_STORAGE);
+            let record = storage.add(PREFIX);
+            // A record with zero ids, zero flags and no attributes, whatever the storage
+            // held before.
+            record.as_ptr().write_bytes(0, RECORD_HEADER_SIZE);
+            record.as_ptr().add(VALID_OFFSET).write(VALID);
+            Ok(Self(record))
+        }
+    }
+
+    /// The caller's block the record lives in, or `None` for a heap block.
+    pub(crate) fn storage(self) -> Option<NonNull<u8>> {
+        // SAFETY: the prefix of a live block: the origin byte never changes after the
+        // block was made.
+        let block = unsafe { self.0.sub(PREFIX) };
+        // SAFETY: as above.
+        (unsafe { block.add(ORIGIN_OFFSET).read() } == ORIGIN_STORAGE).then_some(block)
+    }
+
     /// Rebuilds the pointer from the address the slot held.
     ///
     /// # Safety
@@ -136,12 +186,18 @@ impl RecordPtr {
         self.0.as_ptr()
     }
 
-    /// Frees the block.
+    /// Frees the block, which must be a heap block.
     ///
     /// # Safety
     /// The record must be live, reachable from no slot, and not used afterwards.
+    #[cfg(feature = "alloc")]
     pub(crate) unsafe fn free(self) {
         let capacity = self.capacity();
+        // SAFETY: the prefix of a live block.
+        debug_assert_eq!(
+            unsafe { self.0.as_ptr().sub(PREFIX).add(ORIGIN_OFFSET).read() },
+            ORIGIN_HEAP
+        );
         // SAFETY: the block starts `PREFIX` bytes before the record and was allocated
         // with this layout (the capacity in its prefix never changes).
         unsafe { alloc::alloc::dealloc(self.0.as_ptr().sub(PREFIX), block_layout(capacity)) }
@@ -761,7 +817,7 @@ unsafe fn load_u64(src: *const u8) -> u64 {
     u64::from_le(unsafe { src.cast::<u64>().read_unaligned() })
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "alloc"))]
 mod tests {
     use super::*;
     use alloc::string::String;

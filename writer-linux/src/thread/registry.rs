@@ -15,14 +15,16 @@ use std::vec::Vec;
 
 use otel_ctx_codec::threadlocal::{MAX_KEY_MAP_LEN, SCHEMA_TLSDESC_V1_DEV};
 
-use super::Key;
+use super::{Key, KeyMap};
 use crate::process;
 
-/// The key names, in key-index order. Append-only: a name never moves or goes away.
-static KEY_MAP: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// The key names, in key-index order, in the fixed-capacity [`KeyMap`] that a program
+/// without a heap uses too. Append-only: a name never moves or goes away, so each name is
+/// copied once into memory kept for the life of the process (at most 256 names).
+static KEY_MAP: Mutex<KeyMap<'static>> = Mutex::new(KeyMap::new());
 
-fn key_map() -> MutexGuard<'static, Vec<String>> {
-    // The vector is only pushed to after the fallible work, so a panic while the lock was
+fn key_map() -> MutexGuard<'static, KeyMap<'static>> {
+    // The map is only appended to after the fallible work, so a panic while the lock was
     // held cannot leave it torn: the poison is ignored.
     KEY_MAP
         .lock()
@@ -101,8 +103,8 @@ pub fn register_all<const N: usize>(names: [&str; N]) -> Result<[Key; N], Regist
     let mut new_names: Vec<&str> = Vec::new();
     let mut keys = [Key::from_index(0); N];
     for (key, name) in keys.iter_mut().zip(names) {
-        let index = match key_map.iter().position(|known| known == name) {
-            Some(index) => index,
+        let index = match key_map.key(name) {
+            Some(key) => usize::from(key.index()),
             None => match new_names.iter().position(|new| *new == name) {
                 Some(position) => key_map.len() + position,
                 None => {
@@ -120,18 +122,30 @@ pub fn register_all<const N: usize>(names: [&str; N]) -> Result<[Key; N], Regist
     }
     if !new_names.is_empty() {
         let published: Vec<&str> = key_map
+            .names()
             .iter()
-            .map(String::as_str)
+            .copied()
             .chain(new_names.iter().copied())
             .collect();
         process::set_thread_reference_data(SCHEMA_TLSDESC_V1_DEV, &published)
             .map_err(RegistryError::Publish)?;
-        key_map.extend(new_names.into_iter().map(str::to_owned));
+        for name in new_names {
+            // Kept for the life of the process: a registered name is never removed. The
+            // indexes were checked above, so the map has room.
+            let name: &'static str = String::leak(name.to_owned());
+            if key_map.register(name).is_err() {
+                unreachable!("the key indexes of the new names were checked above");
+            }
+        }
     }
     Ok(keys)
 }
 
 /// The registered names, in key-index order.
 pub fn registered_keys() -> Vec<String> {
-    key_map().clone()
+    key_map()
+        .names()
+        .iter()
+        .map(|name| (*name).to_owned())
+        .collect()
 }
