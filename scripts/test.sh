@@ -57,6 +57,14 @@ run_tests cargo test --workspace
 # The observer tests need the feature that installs a process-wide context observer.
 run_tests cargo test -p otel-ctx-opentelemetry --features context-observer
 
+step "eBPF sampler (feature ebpf: clang, root, BTF)"
+cargo clippy -p otel-ctx-reader -p otel-ctx --all-targets --features ebpf -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc -p otel-ctx-reader --features ebpf --no-deps -q
+cargo build -q -p otel-ctx-reader --features ebpf --examples
+cargo build -q -p otel-ctx-reader --features ebpf --target aarch64-unknown-linux-gnu
+run_tests cargo test -p otel-ctx-reader --features ebpf --lib --test ebpf_matrix
+run_tests cargo test -p otel-ctx --features ebpf --test watch_ebpf
+
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
 # Property tests under emulation: fewer cases (all 256 run natively above).
 run_tests env PROPTEST_CASES=32 cargo test -p otel-ctx-codec --target aarch64-unknown-linux-gnu
