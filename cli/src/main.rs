@@ -79,6 +79,11 @@ enum Command {
         /// How long to run, such as `10s`, `500ms` or `2m`; Ctrl-C stops earlier.
         #[arg(long, default_value = "10s", value_parser = commands::parse_duration)]
         duration: Duration,
+        /// Sample the service's threads with the eBPF sampler (99 Hz on every CPU, running
+        /// threads only) instead of stopping each thread (needs root and a kernel with BTF;
+        /// built with the `ebpf` feature).
+        #[arg(long)]
+        ebpf: bool,
     },
     /// Check that a process publishes its contexts as the specifications require (rules
     /// and their references in CHECK.md). Exit status 0 when no rule fails, 1 when a
@@ -124,7 +129,7 @@ fn main() -> ExitCode {
             json,
             ebpf,
         } => commands::watch::run(pid, hz, duration, &by, raw_keys, json, ebpf),
-        Command::Demo { duration } => commands::demo::run(duration),
+        Command::Demo { duration, ebpf } => commands::demo::run(duration, ebpf),
         Command::DemoService => commands::demo::service(),
         Command::Check {
             pid,

@@ -287,3 +287,50 @@ fn the_demo_service_sampled_by_ebpf() {
         assert_eq!(context["trace_id"].as_str().expect("trace id").len(), 32);
     }
 }
+
+/// `otel-ctx demo --ebpf`: the live view of the demo service, sampled by eBPF; its final
+/// table (printed when the output is not a terminal) names the service's routes.
+#[cfg(feature = "ebpf")]
+#[test]
+fn the_demo_view_from_ebpf_samples() {
+    let out = Command::new(OTEL_CTX)
+        .args(["demo", "--ebpf", "--duration", "3s"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run otel-ctx demo");
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("eBPF sampling of"),
+        "the view does not say it samples by eBPF:\n{stdout}"
+    );
+    let routes = DEMO_ROUTES
+        .iter()
+        .filter(|route| stdout.lines().any(|l| l.trim_start().starts_with(*route)))
+        .count();
+    assert!(routes >= 2, "fewer than 2 routes in the table:\n{stdout}");
+    let samples: u64 = stdout
+        .lines()
+        .find_map(|l| l.split("took ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the closing line counts the samples");
+    assert!(samples > 0, "{stdout}");
+}
+
+#[cfg(not(feature = "ebpf"))]
+#[test]
+fn a_build_without_the_feature_refuses_demo_ebpf() {
+    let out = Command::new(OTEL_CTX)
+        .args(["demo", "--ebpf", "--duration", "1s"])
+        .output()
+        .expect("run otel-ctx");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("--features ebpf"), "{stderr}");
+}

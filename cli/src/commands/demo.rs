@@ -39,7 +39,12 @@ const STARTUP: Duration = Duration::from_secs(5);
 const HISTORY: usize = 8;
 
 /// Runs the viewer: starts the service, shows what a reader sees, stops the service.
-pub fn run(duration: Duration) -> Result<(), String> {
+/// With `ebpf`, the threads are sampled by the eBPF sampler instead of ptrace stops.
+pub fn run(duration: Duration, ebpf: bool) -> Result<(), String> {
+    #[cfg(not(feature = "ebpf"))]
+    if ebpf {
+        return Err(super::watch::NO_EBPF.to_owned());
+    }
     catch_sigint()?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let child = Command::new(exe)
@@ -50,7 +55,7 @@ pub fn run(duration: Duration) -> Result<(), String> {
         .spawn()
         .map_err(|e| format!("cannot start the demo service: {e}"))?;
     let mut service = Service { child };
-    let result = watch(service.child.id(), duration);
+    let result = watch(service.child.id(), duration, ebpf);
     let status = service.stop();
     result?;
     let status = status?;
@@ -109,7 +114,21 @@ struct View {
     sampler: Option<Sampler>,
 }
 
-fn watch(pid: u32, duration: Duration) -> Result<(), String> {
+/// Samples per second the live view takes, by ptrace rounds or eBPF ticks.
+const HZ: u32 = 99;
+
+/// Opens the thread sampler of the service, by ptrace or (`ebpf`) by the eBPF sampler.
+fn open_sampler(pid: u32, ebpf: bool) -> Result<Sampler, String> {
+    #[cfg(feature = "ebpf")]
+    if ebpf {
+        return Sampler::open_ebpf(pid, "http.route", false, HZ);
+    }
+    // Without the feature, `run` refused `--ebpf` before starting anything.
+    let _ = ebpf;
+    Sampler::open(pid, "http.route", false)
+}
+
+fn watch(pid: u32, duration: Duration, ebpf: bool) -> Result<(), String> {
     let mut reader = ProcessContextReader::open(pid).map_err(|e| e.to_string())?;
     let mut view = View {
         pid,
@@ -143,16 +162,23 @@ fn watch(pid: u32, duration: Duration) -> Result<(), String> {
                 Err(e) => return Err(e.to_string()),
             }
             if view.sampler.is_none() && view.current.is_some() {
-                view.sampler = Some(Sampler::open(pid, "http.route", false)?);
+                view.sampler = Some(open_sampler(pid, ebpf)?);
             }
             if view.tty {
                 view.redraw();
             }
         }
-        if let Some(sampler) = view.sampler.as_mut() {
-            sampler.round().map_err(|e| e.to_string())?;
+        match view.sampler.as_mut() {
+            // The eBPF sampler waits for its own samples, up to one sampling period.
+            Some(sampler) if sampler.is_ebpf() => {
+                sampler.step(SAMPLE).map_err(|e| e.to_string())?;
+            }
+            Some(sampler) => {
+                sampler.round().map_err(|e| e.to_string())?;
+                thread::sleep(SAMPLE);
+            }
+            None => thread::sleep(SAMPLE),
         }
-        thread::sleep(SAMPLE);
     }
     if view.tty {
         view.redraw();
@@ -164,7 +190,9 @@ fn watch(pid: u32, duration: Duration) -> Result<(), String> {
     };
     if let (false, Some(sampler)) = (view.tty, &view.sampler) {
         println!(
-            "thread samples per http.route, as a profiler reading otel_thread_ctx_v1 sees them"
+            "thread samples per http.route, as a profiler reading otel_thread_ctx_v1 sees them \
+             ({})",
+            sampler.how(pid, HZ)
         );
         print!("{}", sampler.table());
     }
@@ -280,7 +308,8 @@ impl View {
         if let Some(sampler) = &self.sampler {
             let _ = writeln!(
                 out,
-                "\nthread samples at 99 Hz ({} so far) through {}",
+                "\n{} ({} so far) through {}",
+                sampler.how(self.pid, HZ),
                 sampler.samples(),
                 sampler.heading()
             );
