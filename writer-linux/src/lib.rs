@@ -11,6 +11,8 @@
 //! wrappers do nothing: portable code that uses them compiles everywhere.
 #![no_std]
 #![warn(missing_docs)]
+// The module documentation names the heap APIs too, which a build without `alloc` lacks.
+#![cfg_attr(not(feature = "alloc"), allow(rustdoc::broken_intra_doc_links))]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;

@@ -10,10 +10,10 @@ use super::Key;
 /// The names of `threadlocal.attribute_key_map`, in key-index order, held in a fixed array
 /// of 256 names (the most a `u8` key index reaches): append-only, no allocation.
 ///
-/// It is the key map of the `std` registry ([`register`](super::register)), and the one a
-/// program without a heap keeps itself, publishing it with [`reference_data`]
-/// (Self::reference_data) in the extra attributes of its
-/// [`BufferPublisher`](crate::process::BufferPublisher).
+/// It is the key map of the `std` registry (`thread::register`), and the one a program
+/// without a heap keeps itself, publishing it with
+/// [`reference_data`](Self::reference_data) in the extra attributes of its
+/// `process::BufferPublisher`.
 ///
 /// ```
 /// use otel_ctx_writer::thread::KeyMap;

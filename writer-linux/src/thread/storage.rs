@@ -16,9 +16,9 @@ const BLOCK_SIZE: usize = PREFIX + MAX_RECORD_SIZE + WRITE_AHEAD;
 /// record on a cache line): the storage of a context without a heap
 /// ([`ThreadContext::in_storage`](super::ThreadContext::in_storage)).
 ///
-/// A context made in it owns it until [`ThreadContext::into_storage`]
-/// (super::ThreadContext::into_storage) gives it back; dropping that context only
-/// forgets the storage, which is `'static`.
+/// A context made in it owns it until
+/// [`ThreadContext::into_storage`](super::ThreadContext::into_storage) gives it back;
+/// dropping that context only forgets the storage, which is `'static`.
 #[repr(C, align(64))]
 pub struct RecordStorage {
     bytes: [u8; BLOCK_SIZE],
