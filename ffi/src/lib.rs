@@ -25,10 +25,19 @@
 //!   unwinder is Rust's `libunwind.a` for musl, in
 //!   `$(rustc --print sysroot)/lib/rustlib/x86_64-unknown-linux-musl/lib/self-contained`
 //!   (`-L` that directory, then `-lunwind`); the system's `libgcc_eh.a` is built for glibc
-//!   and does not link. `musl-gcc -static` makes an executable that is not
+//!   and does not link. Plain `musl-gcc -static` makes an executable that is not
 //!   position-independent and has no `.dynsym` at all: it runs, and readers that also
 //!   search `.symtab` (as `otel-ctx` does) find the slot, but readers that follow the
-//!   specification do not. A static-PIE executable has a `.dynsym`: musl-gcc's specs know
+//!   specification do not. Linked by lld with an empty shared object `--as-needed`, the
+//!   same static executable gets a `.dynsym` (lld writes one for an executable only when
+//!   a shared object takes part in the link; `--as-needed` leaves no `DT_NEEDED`):
+//!   `musl-gcc -static -B<gcc-ld> -fuse-ld=lld
+//!   -Wl,--no-dynamic-linker,-z,nodynamic-undefined-weak,--export-dynamic-symbol=otel_thread_ctx_v1
+//!   app.c libotel_ctx_ffi.a -L<self-contained> -lunwind
+//!   -Wl,-Bdynamic,--as-needed,libempty.so,-Bstatic`, where `libempty.so` is linked from
+//!   nothing (`gcc -B<gcc-ld> -fuse-ld=lld -shared -nostdlib -o libempty.so -x assembler
+//!   /dev/null`) and `<gcc-ld>` is the directory named below (`Link::MuslStaticDynsym` in
+//!   `tests/support/mod.rs`). A static-PIE executable has a `.dynsym` too: musl-gcc's specs know
 //!   no `-static-pie`, so name musl's self-relocating start files and link with lld (the
 //!   `ld.lld` of `$(rustc --print sysroot)/lib/rustlib/<host>/bin/gcc-ld`), which relaxes the
 //!   access to local-exec; GNU ld would leave a `TPOFF64` relocation that musl's start code

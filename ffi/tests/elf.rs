@@ -7,7 +7,7 @@
 mod support;
 
 use object::elf;
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::read::elf::{Dyn, ElfFile64, FileHeader, ProgramHeader};
 use object::{Object, ObjectSymbol, RelocationFlags, RelocationTarget};
 use support::{built, compile, Link};
 
@@ -184,6 +184,44 @@ fn musl_static_pie_executable_exports_the_slot_with_local_exec() {
     );
     // The symbol table agrees with the dynamic one.
     assert_eq!(slot(&file, false).address(), slot(&file, true).address());
+}
+
+/// `musl-gcc -static` with lld and an empty shared object `--as-needed`: not
+/// position-independent, no loader, no `DT_NEEDED`, no relocation at all, and the slot in
+/// `.dynsym` (TLS, GLOBAL, size 8) where readers look, at the address `.symtab` gives.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn musl_gcc_static_executable_with_a_dynsym_exports_the_slot() {
+    let data =
+        std::fs::read(compile("process_reference", Link::MuslStaticDynsym)).expect("read it");
+    let file = object::File::parse(&*data).expect("ELF parses");
+    assert_eq!(
+        elf_type_and_interpreter(&data),
+        (elf::ET_EXEC, false),
+        "not position-independent, with no PT_INTERP"
+    );
+    let index = slot(&file, true).index();
+    let (all, against) = dynamic_relocations(&file, Some(index));
+    assert!(
+        all.is_empty() && against.is_empty(),
+        "dynamic relocations: {all:?}"
+    );
+    assert_eq!(slot(&file, false).address(), slot(&file, true).address());
+    assert!(
+        file.dynamic_symbols().all(|s| !s.is_undefined()),
+        "an undefined dynamic symbol, which only a loader could resolve"
+    );
+    let elf_file = ElfFile64::<object::Endianness>::parse(&*data).expect("ELF64 parses");
+    let endian = elf_file.endian();
+    let (dynamic, _) = elf_file
+        .elf_section_table()
+        .dynamic(endian, &*data)
+        .expect("dynamic section parses")
+        .expect("a dynamic section");
+    assert!(
+        dynamic.iter().all(|d| d.d_tag(endian) != elf::DT_NEEDED),
+        "a DT_NEEDED entry: the empty shared object was kept"
+    );
 }
 
 /// `musl-gcc -static`: an executable that is not position-independent, with no loader, no

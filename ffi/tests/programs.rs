@@ -191,6 +191,15 @@ fn reference_program_with_musl_gcc_static() {
     );
 }
 
+/// `musl-gcc -static` with lld and an empty shared object `--as-needed`: the executable is
+/// still static and not position-independent, and now has a `.dynsym` with the slot, so
+/// `otel-ctx check` passes it.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn reference_program_with_musl_gcc_static_and_a_dynsym() {
+    process_reference(Link::MuslStaticDynsym, ["local-exec", "dynsym"], &[]);
+}
+
 /// Checks the three threads' contexts of `pid`: trace id `first_byte * (i + 1)` repeated,
 /// span id `span_byte + i` repeated, flags 1, and the attributes `route(i)`, `worker(i)`.
 fn three_threads(

@@ -185,6 +185,34 @@ pub enum Link {
     /// `musl-gcc` against the musl `libotel_ctx_ffi.a` as a static-PIE executable, linked
     /// by `rust-lld` and exporting the slot in its `.dynsym`.
     MuslStaticPie,
+    /// `musl-gcc -static` against the musl `libotel_ctx_ffi.a`, linked by `rust-lld` with
+    /// an empty shared object `--as-needed` (so that lld writes a `.dynsym`, which it does
+    /// for an executable only when a shared object takes part in the link, and leaves no
+    /// `DT_NEEDED`), exporting the slot there: still not position-independent, with no
+    /// loader and no relocation.
+    MuslStaticDynsym,
+}
+
+/// An empty shared object (no symbols, no code), linked once by the toolchain's lld.
+pub fn empty_shared_object() -> &'static PathBuf {
+    static EMPTY: OnceLock<PathBuf> = OnceLock::new();
+    EMPTY.get_or_init(|| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{}-libempty.so", env!("CARGO_CRATE_NAME")));
+        let status = Command::new("gcc")
+            .arg("-B")
+            .arg(&musl_toolchain().lld_dir)
+            .args(["-fuse-ld=lld", "-shared", "-nostdlib", "-o"])
+            .arg(&out)
+            .args(["-x", "assembler", "/dev/null"])
+            .status()
+            .unwrap_or_else(|e| panic!("run gcc: {e}"));
+        assert!(
+            status.success(),
+            "gcc could not link an empty shared object"
+        );
+        out
+    })
 }
 
 /// Compiles `tests/c/<source>.c` against the library, linked as `link`.
@@ -196,7 +224,7 @@ pub fn compile(source: &str, link: Link) -> PathBuf {
     let src = root.join("tests/c").join(format!("{source}.c"));
     let compiler = match link {
         Link::Shared | Link::Static => "gcc",
-        Link::MuslStatic | Link::MuslStaticPie => "musl-gcc",
+        Link::MuslStatic | Link::MuslStaticPie | Link::MuslStaticDynsym => "musl-gcc",
     };
     let mut cc = Command::new(compiler);
     cc.args(["-std=c11", "-Wall", "-Werror", "-O1", "-pthread", "-I"])
@@ -230,6 +258,27 @@ pub fn compile(source: &str, link: Link) -> PathBuf {
                 .arg("-L")
                 .arg(&musl_toolchain().unwind_dir)
                 .arg("-lunwind");
+        }
+        // Undefined weak symbols (crtbegin.o's) stay static, resolved to 0, so that no
+        // dynamic relocation is left for a loader that never runs.
+        Link::MuslStaticDynsym => {
+            cc.arg("-static")
+                .arg("-B")
+                .arg(&musl_toolchain().lld_dir)
+                .args([
+                    "-fuse-ld=lld",
+                    "-Wl,--no-dynamic-linker,-z,nodynamic-undefined-weak",
+                    "-Wl,--export-dynamic-symbol=otel_thread_ctx_v1",
+                ])
+                .arg(&src)
+                .arg(musl_archive())
+                .arg("-L")
+                .arg(&musl_toolchain().unwind_dir)
+                .arg("-lunwind")
+                .arg(format!(
+                    "-Wl,-Bdynamic,--as-needed,{},-Bstatic",
+                    empty_shared_object().display()
+                ));
         }
         // musl-gcc's specs know no -static-pie: the start files of a self-relocating
         // executable (rcrt1.o) are named here, and the linker is told -static -pie. lld
