@@ -16,7 +16,7 @@ use otel_ctx_codec::record::{RecordView, MAX_RECORD_SIZE};
 use otel_ctx_codec::threadlocal::ThreadlocalView;
 use otel_ctx_writer::process::{AnyValue, BufferPublisher, KeyValue, ProcessContext};
 use otel_ctx_writer::thread::{
-    self, tls_slot_address, Attached, KeyMap, RecordPool, ThreadContext,
+    self, tls_slot_address, Attached, ContextError, KeyMap, RecordPool, ThreadContext,
 };
 
 /// Whether an allocation now is a failure of the code under test.
@@ -159,8 +159,18 @@ fn run(out: &mut Published) {
         out.record_len = size;
     }
 
-    let other = ThreadContext::in_storage(RECORDS.take().expect("a second storage"), 64)
-        .expect("compact capacity");
+    let storage = RECORDS.take().expect("a second storage");
+    // A context in storage is a record like any other: its capacity bounds it.
+    let mut other = ThreadContext::in_storage(storage, 64).expect("compact capacity");
+    assert_eq!(other.capacity(), 64);
+    assert_eq!(
+        other.append(route, "a value of forty bytes, too long for 64."),
+        Err(ContextError::RecordFull {
+            needed: 70,
+            capacity: 64
+        })
+    );
+    other.append(method, "GET").expect("room for a short value");
     let previous = thread::swap(Some(Attached::Context(other)));
     out.swapped_back_ours = matches!(previous, Some(Attached::Context(_)));
     // Put the first back, which hands the second back.
@@ -297,6 +307,7 @@ fn main() {
     assert_eq!(out.storages_back, 2, "both storages were given back");
     assert!(out.unpublished, "unpublish withdrew the context");
     assert_eq!(RECORDS.available(), 0);
+    assert!(RECORDS.take().is_none(), "each storage is handed out once");
     singleton_and_errors();
     println!("no_alloc: the API without a heap made no allocation");
 }
