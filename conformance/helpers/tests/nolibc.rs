@@ -220,11 +220,8 @@ fn x86_64_links_nothing_and_the_tool_reads_and_passes_it() {
         "{report}"
     );
 
-    let status = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success());
+    let target = rustix::process::Pid::from_raw(pid as i32).expect("a pid is positive");
+    rustix::process::kill_process(target, rustix::process::Signal::TERM).expect("send SIGTERM");
     let exit = output.until("EXIT after ");
     let status = child.wait().expect("wait for the example");
     assert!(status.success(), "the example exited with {status}: {exit}");
