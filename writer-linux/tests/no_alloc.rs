@@ -160,6 +160,13 @@ fn run(out: &mut Published) {
     }
 
     let storage = RECORDS.take().expect("a second storage");
+    // A capacity out of range hands the storage back with the error.
+    let refused = ThreadContext::in_storage(storage, 641).expect_err("641 bytes is too many");
+    assert_eq!(
+        refused.error,
+        ContextError::CapacityOutOfRange { capacity: 641 }
+    );
+    let storage = refused.storage;
     // A context in storage is a record like any other: its capacity bounds it.
     let mut other = ThreadContext::in_storage(storage, 64).expect("compact capacity");
     assert_eq!(other.capacity(), 64);

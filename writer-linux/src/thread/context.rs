@@ -5,11 +5,42 @@ use core::marker::PhantomData;
 use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
 
-use otel_ctx_codec::record::{COMPACT_RECORD_SIZE, MAX_RECORD_SIZE};
+use otel_ctx_codec::record::{COMPACT_RECORD_SIZE, MAX_RECORD_SIZE, RECORD_HEADER_SIZE};
 
 use super::record::{Record, RecordPtr};
 use super::slot::{self, Held};
 use super::{ContextError, Key, RecordStorage};
+
+/// A context [`ThreadContext::in_storage`] could not make: why, and the caller's storage,
+/// handed back untouched.
+#[derive(Debug)]
+pub struct InStorageError {
+    /// Why: the capacity was out of range.
+    pub error: ContextError,
+    /// The storage, for another try or another context.
+    pub storage: &'static mut RecordStorage,
+}
+
+impl fmt::Display for InStorageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for InStorageError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// The error alone, for callers that let the storage go with it (`?` in a function that
+/// returns [`ContextError`]).
+impl From<InStorageError> for ContextError {
+    fn from(e: InStorageError) -> Self {
+        e.error
+    }
+}
 
 /// One thread-context record, owned: trace id, span id, trace flags and attributes.
 ///
@@ -111,19 +142,31 @@ impl ThreadContext {
     /// the caller's `storage`, which the context owns from now on: no allocation.
     ///
     /// Whatever `storage` held before is overwritten. Errors only for a capacity out of
-    /// range (and then the storage is lost with the error: check the capacity first when
-    /// the storage is to be reused).
+    /// range, and then the storage is handed back with the error, untouched.
     pub fn in_storage(
         storage: &'static mut RecordStorage,
         capacity: usize,
-    ) -> Result<Self, ContextError> {
+    ) -> Result<Self, InStorageError> {
+        if !(RECORD_HEADER_SIZE..=MAX_RECORD_SIZE).contains(&capacity) {
+            return Err(InStorageError {
+                error: ContextError::CapacityOutOfRange { capacity },
+                storage,
+            });
+        }
         // The block's first byte: the storage is `repr(C)`, its bytes at offset 0.
         let block = NonNull::from(storage).cast::<u8>();
-        Ok(Self {
-            // SAFETY: the `&'static mut` is given up here: the block is the record's alone
-            // until `into_storage` rebuilds it.
-            record: unsafe { RecordPtr::in_storage(block, capacity)? },
-        })
+        // SAFETY: the `&'static mut` is given up here: the block is the record's alone
+        // until `into_storage` rebuilds it.
+        match unsafe { RecordPtr::in_storage(block, capacity) } {
+            Ok(record) => Ok(Self { record }),
+            // Only for a capacity out of range, refused above; the storage goes back.
+            Err(error) => Err(InStorageError {
+                error,
+                // SAFETY: the block of the `&'static mut` given up above, which nothing
+                // else reaches: no record was made in it.
+                storage: unsafe { &mut *block.as_ptr().cast::<RecordStorage>() },
+            }),
+        }
     }
 
     /// The storage of a context made with [`in_storage`](Self::in_storage), given back
