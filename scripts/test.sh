@@ -13,6 +13,9 @@ step "format, lints, docs"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p otel-ctx-writer --no-default-features -- -D warnings
+cargo clippy -p otel-ctx-writer --no-default-features --features alloc -- -D warnings
+(cd writer-linux/examples/nolibc && cargo fmt -- --check &&
+  cargo clippy -q --release --target x86_64-unknown-linux-gnu -- -D warnings)
 cargo clippy -p otel-ctx-opentelemetry --features context-observer --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 
@@ -34,6 +37,12 @@ fi
 # Every unsafe block of the reader is in its system-call module.
 if grep -rlE "unsafe *(\{|fn |impl )" reader-linux/src | grep -v "reader-linux/src/sys.rs"; then
   echo "unsafe outside reader-linux/src/sys.rs" >&2
+  exit 1
+fi
+# The writer without default features: no allocator, and no libc (rustix's raw backend).
+writer_tree=$(cargo tree -q -p otel-ctx-writer -e normal --no-default-features --prefix none)
+if grep -q "^libc v" <<<"$writer_tree"; then
+  echo "otel-ctx-writer without default features depends on libc" >&2
   exit 1
 fi
 echo "dependency rules hold"
@@ -68,7 +77,7 @@ run_tests cargo test -p otel-ctx --features ebpf --test watch_ebpf
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
 # Property tests under emulation: fewer cases (all 256 run natively above).
 run_tests env PROPTEST_CASES=32 cargo test -p otel-ctx-codec --target aarch64-unknown-linux-gnu
-run_tests cargo test -p otel-ctx-writer --target aarch64-unknown-linux-gnu --lib --test 'process_*' --test 'thread_*'
+run_tests cargo test -p otel-ctx-writer --target aarch64-unknown-linux-gnu --lib --test 'process_*' --test 'thread_*' --test no_alloc
 
 step "thread-context writer on musl"
 run_tests cargo test -p otel-ctx-writer --target x86_64-unknown-linux-musl --test 'thread_*'
