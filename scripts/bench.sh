@@ -28,7 +28,8 @@ fi
 read -r -a criterion_args <<<"${BENCH_CRITERION_ARGS:---warm-up-time 0.3 --measurement-time 1}"
 benches=(thread_writes thread_writes_libdd thread_writes_custom_labels process_publish process_publish_libdd)
 results=target/bench-results
-criterion_dir=target/criterion
+target_dir=${CARGO_TARGET_DIR:-$PWD/target}
+criterion_dir=$target_dir/criterion
 
 pin=()
 if [ "${BENCH_PIN:-1}" != 0 ] && [ "$(id -u)" = 0 ] && command -v chrt >/dev/null &&
@@ -43,7 +44,22 @@ fi
 
 bench_args=()
 for b in "${benches[@]}"; do bench_args+=(--bench "$b"); done
-cargo bench -q -p otel-ctx-writer "${bench_args[@]}" --no-run
+# Build once, then run the bench binaries themselves: pinned at a real-time priority, a
+# cargo process that waits for anything (a lock, a build) could starve the pinned CPU.
+declare -A bin
+while IFS=' ' read -r name path; do
+  bin[$name]=$path
+done < <(cargo bench -q -p otel-ctx-writer "${bench_args[@]}" --no-run --message-format=json |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
+        print(m["target"]["name"], m["executable"])
+')
+for b in "${benches[@]}"; do
+  [ -n "${bin[$b]:-}" ] || { echo "bench.sh: cargo built no binary for $b" >&2; exit 1; }
+done
 
 rm -rf "$results"
 mkdir -p "$results"
@@ -78,7 +94,9 @@ for run in $(seq 1 "$runs"); do
     for b in "${order[@]}"; do
       log="$results/run-$run.log"
       echo "== $b $filter" >>"$log"
-      "${pin[@]}" cargo bench -q -p otel-ctx-writer --bench "$b" -- "${criterion_args[@]}" "$filter" \
+      # Criterion finds its output folder through CARGO_TARGET_DIR (else by running cargo).
+      (cd writer-linux && CARGO_TARGET_DIR="$target_dir" \
+        "${pin[@]}" "${bin[$b]}" --bench "${criterion_args[@]}" "$filter") \
         >>"$log" 2>&1 || {
         cat "$log" >&2
         exit 1
