@@ -619,7 +619,8 @@ pub(crate) unsafe fn write_truncate<W: RecordWrites>(record: W, keep: usize) -> 
 /// | 7 | that word with the first 6 bytes, and the last byte |
 /// | 8 to 14 | the word with the first 6 bytes, and the last 8 bytes |
 /// | 15 | the word, bytes 6 to 14, and the last 8 bytes |
-/// | 16 to 22 | the word, and the last 16 bytes |
+/// | 16 | the key and length (2 bytes), and the value in one 16-byte store |
+/// | 17 to 22 | the word, and the last 16 bytes |
 /// | 23 and more | the word, then the rest 16 bytes at a time, the last chunk overlapping |
 ///
 /// Overlapping stores write the same bytes twice. An 8-byte store of an entry shorter
@@ -645,6 +646,10 @@ unsafe fn write_entry_at(dst: *mut u8, key: u8, value: &[u8]) {
             let value = load_short(src, len);
             store8(dst, header | value << 16);
             store1(dst.add(8), (value >> 48) as u8);
+        } else if len == 16 {
+            // A hex id: the header on its own, the value in one 16-byte load and store.
+            store2(dst, header as u16);
+            store16(dst.add(ENTRY_OVERHEAD), src);
         } else {
             // 8 bytes or more: the header and the first 6 bytes in one word.
             store8(dst, header | load_u64(src) << 16);
@@ -679,6 +684,42 @@ unsafe fn write_entry_at(dst: *mut u8, key: u8, value: &[u8]) {
 unsafe fn store1(dst: *mut u8, byte: u8) {
     // SAFETY: guaranteed by the caller.
     unsafe { ptr::write_volatile(dst, byte) }
+}
+
+/// One 2-byte store of the little-endian `half` at `dst` (no alignment), emitted as it is
+/// ([`store8`] says why in `asm!`).
+///
+/// # Safety
+/// `dst` must be writable for 2 bytes.
+#[inline(always)]
+unsafe fn store2(dst: *mut u8, half: u16) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: one 2-byte store to `dst`, writable by the caller's guarantee; x86_64 allows
+    // it unaligned. No stack, no flags.
+    unsafe {
+        core::arch::asm!(
+            "mov word ptr [{dst}], {half:x}",
+            dst = in(reg) dst,
+            half = in(reg) half,
+            options(nostack, preserves_flags),
+        );
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: one 2-byte store to `dst`, writable by the caller's guarantee; aarch64
+    // allows it unaligned on normal memory. No stack, no flags.
+    unsafe {
+        core::arch::asm!(
+            "strh {half:w}, [{dst}]",
+            dst = in(reg) dst,
+            half = in(reg) half.to_le(),
+            options(nostack, preserves_flags),
+        );
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    // SAFETY: guaranteed by the caller; `[u8; 2]` has alignment 1.
+    unsafe {
+        dst.cast::<[u8; 2]>().write_volatile(half.to_le_bytes())
+    }
 }
 
 /// One 8-byte store of the little-endian word `word` at `dst` (no alignment), which the
