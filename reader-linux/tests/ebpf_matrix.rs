@@ -8,9 +8,8 @@
 #![cfg(all(feature = "ebpf", target_arch = "x86_64"))]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Lines, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::io::Write;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use otel_ctx_codec::record::RecordHeader;
@@ -19,79 +18,17 @@ use otel_ctx_reader::{
     ThreadReaderOptions,
 };
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+// Shared with `tls_matrix.rs`, which uses all of it (this test leaves `Printed::slot`).
+#[allow(dead_code)]
+#[path = "fixtures/tls/matrix.rs"]
+mod matrix;
+
+use matrix::{start, Target};
+
 const BUSY_MAIN: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/ebpf_fixtures/busy_main.c"
 );
-
-/// What a fixture thread printed about itself.
-#[derive(Debug)]
-struct Printed {
-    tid: u32,
-    tp: u64,
-    record: u64,
-}
-
-struct Target {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-    threads: Vec<Printed>,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn hex(field: &str, prefix: &str) -> u64 {
-    u64::from_str_radix(field.trim_start_matches(prefix), 16)
-        .unwrap_or_else(|e| panic!("{field}: {e}"))
-}
-
-fn start(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Target {
-    let mut child = Command::new(exe)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
-    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-    let mut threads = Vec::new();
-    for line in lines.by_ref() {
-        let line = line.expect("fixture output");
-        if line == "ready" {
-            break;
-        }
-        let f: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(f.len(), 5, "unexpected fixture line {line:?}");
-        threads.push(Printed {
-            tid: f[1].parse().expect("tid"),
-            tp: hex(f[2], "tp="),
-            record: hex(f[4], "record="),
-        });
-    }
-    assert!(threads.len() >= 4, "{}: {threads:?}", exe.display());
-    Target {
-        child,
-        lines,
-        threads,
-    }
-}
-
-fn compile<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(compiler: &str, out: &Path, args: &[S]) {
-    let status = Command::new(compiler)
-        .args(args)
-        .arg("-o")
-        .arg(out)
-        .status()
-        .unwrap_or_else(|e| panic!("run {compiler}: {e} (install gcc and musl-tools)"));
-    assert!(status.success(), "{compiler} {args:?} failed");
-}
 
 /// A thread's context as either path read it, in comparable form.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -271,124 +208,21 @@ fn check_thread_pointers(name: &str, target: &Target, sampler: &mut EbpfSampler)
 
 #[test]
 fn every_access_model_on_glibc_and_musl() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ebpf-matrix");
-    std::fs::create_dir_all(&dir).expect("fixture dir");
-    let writer = format!("{FIXTURES}/writer.c");
-    let at = |n: &str| dir.join(n);
-    let path = |n: &str| at(n).to_str().expect("utf-8 path").to_owned();
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    let common = ["-O1", "-pthread"];
-    for (cc, tag) in [("gcc", "glibc"), ("musl-gcc", "musl")] {
-        let with = |extra: &[&str]| -> Vec<String> {
-            common.iter().chain(extra).map(|s| s.to_string()).collect()
-        };
-        compile(
-            cc,
-            &at(&format!("le-{tag}")),
-            &with(&["-DWITH_ALIGNED", "-rdynamic", BUSY_MAIN, &writer]),
-        );
-        compile(
-            cc,
-            &at(&format!("ie-exe-{tag}")),
-            &with(&[
-                "-fPIC",
-                "-ftls-model=initial-exec",
-                "-rdynamic",
-                BUSY_MAIN,
-                &writer,
-            ]),
-        );
-        for (lib, flag) in [
-            ("desc", "-mtls-dialect=gnu2"),
-            ("gd", "-mtls-dialect=gnu"),
-            ("ie", "-ftls-model=initial-exec"),
-        ] {
-            let so = path(&format!("lib{lib}-{tag}.so"));
-            compile(
-                cc,
-                &at(&format!("lib{lib}-{tag}.so")),
-                &with(&["-shared", "-fPIC", flag, &writer]),
-            );
-            compile(
-                cc,
-                &at(&format!("{lib}-{tag}")),
-                &with(&[BUSY_MAIN, &so, &rpath]),
-            );
-        }
-        compile(
-            cc,
-            &at(&format!("dl-{tag}")),
-            &with(&["-DDLOPEN", BUSY_MAIN, "-ldl"]),
-        );
-    }
-    compile(
-        "musl-gcc",
-        &at("static-musl"),
-        &["-O1", "-pthread", "-static", BUSY_MAIN, &writer],
-    );
-    compile(
-        "musl-gcc",
-        &at("static-pie-musl"),
-        &[
-            "-O1",
-            "-pthread",
-            "-static-pie",
-            "-fPIE",
-            BUSY_MAIN,
-            &writer,
-        ],
-    );
-
-    use AccessModel::*;
-    let none: &[&str] = &[];
     let mut passed = Vec::new();
-    for tag in ["glibc", "musl"] {
-        let mut case = |name: &str, args: &[&str], env: &[(&str, &str)], model| {
-            let exe = at(&format!("{name}-{tag}"));
-            let label = format!("{name}-{tag} ({})", args.join(" "));
-            let target = start(&exe, args, env);
-            check(&label, &target, model, false);
-            passed.push(label);
-        };
-        case("le", none, &[], LocalExec);
-        case("ie-exe", none, &[], InitialExec);
-        case("desc", none, &[], TlsDescStatic);
-        case("gd", none, &[], GeneralDynamic);
-        case("ie", none, &[], InitialExec);
-        let dl_desc = if tag == "glibc" {
-            TlsDescStatic
+    for case in matrix::build("ebpf-matrix", BUSY_MAIN) {
+        let mut target = case.start();
+        let (mut reader, mut sampler) = check(&case.label, &target, case.model, false);
+        // A thread that exits, under a constant-offset model and through the DTV (the one
+        // case run without spare static TLS).
+        let exits = case.label == "le-glibc" || !case.env.is_empty();
+        if exits {
+            check_thread_pointers(&case.label, &target, &mut sampler);
+            check_exit(&case.label, &mut target, &mut reader, &mut sampler);
+            passed.push(format!("{} (thread pointers, a thread exits)", case.label));
         } else {
-            TlsDescDynamic
-        };
-        case("dl", &[&path(&format!("libdesc-{tag}.so"))], &[], dl_desc);
-        case(
-            "dl",
-            &[&path(&format!("libgd-{tag}.so"))],
-            &[],
-            GeneralDynamic,
-        );
+            passed.push(case.label);
+        }
     }
-    // No spare static TLS: glibc's TLSDESC goes through the dynamic resolver and the DTV.
-    let mut target = start(
-        &at("dl-glibc"),
-        &[&path("libdesc-glibc.so")],
-        &[("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=0")],
-    );
-    let (mut reader, mut sampler) = check("dl-glibc-dtv", &target, TlsDescDynamic, false);
-    check_thread_pointers("dl-glibc-dtv", &target, &mut sampler);
-    check_exit("dl-glibc-dtv", &mut target, &mut reader, &mut sampler);
-    passed.push("dl-glibc-dtv (thread pointers, a thread exits)".into());
-    for name in ["static-musl", "static-pie-musl"] {
-        let target = start(&at(name), none, &[]);
-        check(name, &target, LocalExec, false);
-        passed.push(name.into());
-    }
-    // A thread that exits under a constant-offset model too.
-    let mut target = start(&at("le-glibc"), none, &[]);
-    let (mut reader, mut sampler) = check("le-glibc", &target, LocalExec, false);
-    check_thread_pointers("le-glibc", &target, &mut sampler);
-    check_exit("le-glibc", &mut target, &mut reader, &mut sampler);
-    passed.push("le-glibc (thread pointers, a thread exits)".into());
     eprintln!("eBPF matches ptrace on: {}", passed.join(", "));
 }
 

@@ -6,86 +6,19 @@
 //! `tls_selfcheck.rs` and `tls_elf.rs`.)
 #![cfg(target_arch = "x86_64")]
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 
 use otel_ctx_reader::{
     loaded_modules, read_stopped, resolve, AccessModel, ElfCache, Libc, SlotState, StoppedThread,
 };
 use otel_ctx_reader::{ProcessMemory, ReadMethod, ThreadReader, ThreadReaderOptions};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+// Shared with `ebpf_matrix.rs`, which uses all of it (this test leaves `Target::lines`).
+#[allow(dead_code)]
+#[path = "fixtures/tls/matrix.rs"]
+mod matrix;
 
-/// What a fixture thread printed about itself.
-struct Printed {
-    tid: u32,
-    tp: u64,
-    slot: Option<u64>,
-    record: u64,
-}
-
-struct Target {
-    child: Child,
-    threads: Vec<Printed>,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn hex(field: &str, prefix: &str) -> u64 {
-    u64::from_str_radix(field.trim_start_matches(prefix), 16)
-        .unwrap_or_else(|e| panic!("{field}: {e}"))
-}
-
-fn start(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Target {
-    let mut child = Command::new(exe)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
-    let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-    let mut threads = Vec::new();
-    for line in stdout.lines() {
-        let line = line.expect("fixture output");
-        if line == "ready" {
-            break;
-        }
-        let f: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(f.len(), 5, "unexpected fixture line {line:?}");
-        let slot = f[3].trim_start_matches("slot=");
-        threads.push(Printed {
-            tid: f[1].parse().expect("tid"),
-            tp: hex(f[2], "tp="),
-            slot: (slot != "-").then(|| hex(slot, "")),
-            record: hex(f[4], "record="),
-        });
-    }
-    assert!(
-        threads.len() >= 4,
-        "{}: fixture printed {threads:?} threads",
-        exe.display(),
-        threads = threads.len()
-    );
-    Target { child, threads }
-}
-
-fn compile<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(compiler: &str, out: &Path, args: &[S]) {
-    let status = Command::new(compiler)
-        .args(args)
-        .arg("-o")
-        .arg(out)
-        .status()
-        .unwrap_or_else(|e| panic!("run {compiler}: {e} (install gcc and musl-tools)"));
-    assert!(status.success(), "{compiler} {args:?} failed");
-}
+use matrix::{start, Target, FIXTURES};
 
 /// Checks one running fixture: the access model, every slot address, every record.
 fn check(name: &str, target: &Target, model: AccessModel, named: bool) {
@@ -160,106 +93,8 @@ fn check(name: &str, target: &Target, model: AccessModel, named: bool) {
 
 #[test]
 fn every_access_model_on_glibc_and_musl() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tls-matrix");
-    std::fs::create_dir_all(&dir).expect("fixture dir");
-    let main = format!("{FIXTURES}/main.c");
-    let writer = format!("{FIXTURES}/writer.c");
-    let at = |n: &str| dir.join(n);
-    let path = |n: &str| at(n).to_str().expect("utf-8 path").to_owned();
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    let common = ["-O1", "-pthread"];
-    for (cc, tag) in [("gcc", "glibc"), ("musl-gcc", "musl")] {
-        let with = |extra: &[&str]| -> Vec<String> {
-            common.iter().chain(extra).map(|s| s.to_string()).collect()
-        };
-        // The executable defines the slot, next to a 64-aligned TLS variable.
-        compile(
-            cc,
-            &at(&format!("le-{tag}")),
-            &with(&["-DWITH_ALIGNED", "-rdynamic", &main, &writer]),
-        );
-        compile(
-            cc,
-            &at(&format!("ie-exe-{tag}")),
-            &with(&[
-                "-fPIC",
-                "-ftls-model=initial-exec",
-                "-rdynamic",
-                &main,
-                &writer,
-            ]),
-        );
-        for (lib, flag) in [
-            ("desc", "-mtls-dialect=gnu2"),
-            ("gd", "-mtls-dialect=gnu"),
-            ("ie", "-ftls-model=initial-exec"),
-        ] {
-            let so = path(&format!("lib{lib}-{tag}.so"));
-            compile(
-                cc,
-                &at(&format!("lib{lib}-{tag}.so")),
-                &with(&["-shared", "-fPIC", flag, &writer]),
-            );
-            compile(
-                cc,
-                &at(&format!("{lib}-{tag}")),
-                &with(&[&main, &so, &rpath]),
-            );
-        }
-        compile(
-            cc,
-            &at(&format!("dl-{tag}")),
-            &with(&["-DDLOPEN", &main, "-ldl"]),
-        );
-    }
-    compile(
-        "musl-gcc",
-        &at("static-musl"),
-        &["-O1", "-pthread", "-static", &main, &writer],
-    );
-    compile(
-        "musl-gcc",
-        &at("static-pie-musl"),
-        &["-O1", "-pthread", "-static-pie", "-fPIE", &main, &writer],
-    );
-
-    use AccessModel::*;
-    let none: &[&str] = &[];
-    for tag in ["glibc", "musl"] {
-        let case = |name: &str, args: &[&str], env: &[(&str, &str)], model| {
-            let exe = at(&format!("{name}-{tag}"));
-            let target = start(&exe, args, env);
-            check(&format!("{name}-{tag}"), &target, model, false);
-        };
-        case("le", none, &[], LocalExec);
-        case("ie-exe", none, &[], InitialExec);
-        case("desc", none, &[], TlsDescStatic);
-        case("gd", none, &[], GeneralDynamic);
-        case("ie", none, &[], InitialExec);
-        // glibc puts a dlopened library in spare static TLS; musl reaches it via the DTV.
-        let dl_desc = if tag == "glibc" {
-            TlsDescStatic
-        } else {
-            TlsDescDynamic
-        };
-        case("dl", &[&path(&format!("libdesc-{tag}.so"))], &[], dl_desc);
-        case(
-            "dl",
-            &[&path(&format!("libgd-{tag}.so"))],
-            &[],
-            GeneralDynamic,
-        );
-    }
-    // No spare static TLS: glibc's TLSDESC goes through the dynamic resolver and the DTV.
-    let target = start(
-        &at("dl-glibc"),
-        &[&path("libdesc-glibc.so")],
-        &[("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=0")],
-    );
-    check("dl-glibc-dtv", &target, TlsDescDynamic, false);
-    for name in ["static-musl", "static-pie-musl"] {
-        let target = start(&at(name), none, &[]);
-        check(name, &target, LocalExec, false);
+    for case in matrix::build("tls-matrix", &format!("{FIXTURES}/main.c")) {
+        check(&case.label, &case.start(), case.model, false);
     }
 }
 
