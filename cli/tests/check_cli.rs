@@ -15,7 +15,7 @@ use serde_json::Value;
 
 mod support;
 
-use support::{helper, otel_ctx};
+use support::{helper, otel_ctx, run, text};
 
 /// The libdatadog helper, linked so that `otel_thread_ctx_v1` is in its `.dynsym` (a
 /// Rust executable exports nothing there unless asked), into a copy of its own.
@@ -35,18 +35,6 @@ fn libdd_writer() -> &'static PathBuf {
         std::fs::copy(&built, &copy).expect("copy the helper");
         copy
     })
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(otel_ctx())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run otel-ctx")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn json(out: &Output) -> Value {

@@ -4,31 +4,19 @@
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
 mod support;
 
-use support::otel_ctx;
+use support::{otel_ctx, run, text};
 
 /// The `otel-ctx-publish` helper, built once.
 fn publish_helper() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| support::helper("otel-ctx-publish", &[]))
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(otel_ctx())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// A process publishing the `serve` context of `otel-ctx-publish`; reaped on drop.

@@ -4,15 +4,13 @@
 //! any span carry none, and `otel-ctx check` passes it. Reading threads uses ptrace: run as
 //! root.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
 mod support;
 
-use support::otel_ctx;
+use support::{run, text, DemoService};
 
 const ROUTES: [&str; 5] = [
     "/api/cart",
@@ -22,65 +20,9 @@ const ROUTES: [&str; 5] = [
     "/healthz",
 ];
 
-fn run(args: &[&str]) -> Output {
-    Command::new(otel_ctx())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `otel-ctx demo-service`, stopped (stdin closed) on drop.
-struct Service(Child);
-
-impl Service {
-    /// Starts it and waits until its key map is published.
-    fn start() -> Self {
-        let child = Command::new(otel_ctx())
-            .arg("demo-service")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let service = Self(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let out = run(&["show", &service.pid(), "--json"]);
-            if out.status.success() {
-                let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-                if doc["process_context"]["attributes"]["threadlocal.attribute_key_map"].is_array()
-                {
-                    return service;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the demo service never published"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn pid(&self) -> String {
-        self.0.id().to_string()
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        drop(self.0.stdin.take());
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn the_service_is_read_as_an_sdk_resource_and_request_spans() {
-    let service = Service::start();
+    let service = DemoService::start();
     let pid = service.pid();
     let mut contexts = 0;
     for _ in 0..50 {

@@ -15,6 +15,10 @@ use std::{
 #[cfg(feature = "ebpf")]
 use serde_json::Value;
 
+mod support;
+
+use support::text;
+
 const OTEL_CTX: &str = env!("CARGO_BIN_EXE_otel-ctx");
 #[cfg(feature = "ebpf")]
 const TLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../reader-linux/tests");
@@ -56,10 +60,6 @@ fn busy() -> Busy {
         }
     }
     Busy(child)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[cfg(feature = "ebpf")]
@@ -203,42 +203,8 @@ const DEMO_ROUTES: [&str; 5] = [
 #[cfg(feature = "ebpf")]
 #[test]
 fn the_demo_service_sampled_by_ebpf() {
-    use std::os::unix::process::CommandExt;
-    struct Demo(Child);
-    impl Drop for Demo {
-        fn drop(&mut self) {
-            // End of input stops the service.
-            drop(self.0.stdin.take());
-            let _ = self.0.wait();
-        }
-    }
-    let demo = Demo(
-        Command::new(OTEL_CTX)
-            .arg("demo-service")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("start the demo service"),
-    );
-    let pid = demo.0.id().to_string();
-    // Wait until it has published its key map.
-    let mut published = false;
-    for _ in 0..100 {
-        let out = Command::new(OTEL_CTX)
-            .args(["show", &pid, "--json"])
-            .output()
-            .expect("run otel-ctx");
-        if out.status.success() {
-            let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-            if doc["process_context"]["attributes"]["threadlocal.attribute_key_map"].is_array() {
-                published = true;
-                break;
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(published, "the demo service published no key map");
+    let demo = support::DemoService::start();
+    let pid = demo.pid();
 
     // Its workers spin inside request spans: the ticks that land there name a route.
     let out = Command::new(OTEL_CTX)

@@ -2,12 +2,75 @@
 //! conformance helpers package that publish contexts for it to read.
 #![allow(dead_code)]
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The `otel-ctx` binary cargo built for these tests.
 pub fn otel_ctx() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_otel-ctx"))
+}
+
+/// Runs `otel-ctx <args>` with no input and returns what it did.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(otel_ctx())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run otel-ctx")
+}
+
+/// Output bytes as text (invalid UTF-8 replaced), for assertions and messages.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `otel-ctx demo-service` (the demo's `tracing` + OpenTelemetry SDK service), stopped by
+/// closing its input on drop.
+pub struct DemoService(Child);
+
+impl DemoService {
+    /// Starts it and waits until its key map is published.
+    pub fn start() -> Self {
+        let child = Command::new(otel_ctx())
+            .arg("demo-service")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start the demo service");
+        let service = Self(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = run(&["show", &service.pid(), "--json"]);
+            if out.status.success() {
+                let doc: serde_json::Value =
+                    serde_json::from_slice(&out.stdout).expect("show --json prints JSON");
+                if doc["process_context"]["attributes"]["threadlocal.attribute_key_map"].is_array()
+                {
+                    return service;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the demo service never published its key map"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Its process id, as the tool's arguments take it.
+    pub fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for DemoService {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
 }
 
 /// Builds `example` of `package` through cargo and returns its path.
