@@ -16,37 +16,13 @@ use opentelemetry::baggage::BaggageExt;
 use opentelemetry::context::FutureExt as _;
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use opentelemetry::{Context, KeyValue};
-use otel_ctx_codec::record::{RecordView, MAX_RECORD_SIZE};
 use otel_ctx_opentelemetry::observer::{InstallError, ThreadContextObserver};
 use otel_ctx_opentelemetry::ThreadAttributesExt;
 use otel_ctx_writer::thread::{self, attached_record_address, Key, ThreadContext};
 
-/// Trace id, span id, trace flags and attributes of a record.
-type Seen = ([u8; 16], [u8; 8], u8, Vec<(u8, String)>);
+mod support;
 
-/// The calling thread's record, or `None` for NULL.
-fn seen() -> Option<Seen> {
-    let record = attached_record_address();
-    if record.is_null() {
-        return None;
-    }
-    // SAFETY: the slot points at a record attached on this thread, live while attached;
-    // this thread does not write it while the test reads it.
-    let header = unsafe { std::slice::from_raw_parts(record, 28) };
-    let size = 28 + usize::from(u16::from_ne_bytes([header[26], header[27]]));
-    // SAFETY: as above; `size` is the record's header plus its attrs-data size.
-    let bytes = unsafe { std::slice::from_raw_parts(record, size) };
-    let view = RecordView::parse(bytes, MAX_RECORD_SIZE).expect("record parses");
-    assert!(view.header.is_valid());
-    Some((
-        view.header.trace_id,
-        view.header.span_id,
-        view.header.trace_flags,
-        view.entries()
-            .map(|(k, v)| (k, String::from_utf8(v.to_vec()).unwrap()))
-            .collect(),
-    ))
-}
+use support::{seen, Seen};
 
 fn ids(trace: u8, span: u8, flags: u8) -> Option<Seen> {
     Some(([trace; 16], [span; 8], flags, vec![]))
