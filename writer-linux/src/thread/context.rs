@@ -155,18 +155,11 @@ impl ThreadContext {
         }
         // The block's first byte: the storage is `repr(C)`, its bytes at offset 0.
         let block = NonNull::from(storage).cast::<u8>();
-        // SAFETY: the `&'static mut` is given up here: the block is the record's alone
-        // until `into_storage` rebuilds it.
-        match unsafe { RecordPtr::in_storage(block, capacity) } {
-            Ok(record) => Ok(Self { record }),
-            // Only for a capacity out of range, refused above; the storage goes back.
-            Err(error) => Err(InStorageError {
-                error,
-                // SAFETY: the block of the `&'static mut` given up above, which nothing
-                // else reaches: no record was made in it.
-                storage: unsafe { &mut *block.as_ptr().cast::<RecordStorage>() },
-            }),
-        }
+        Ok(Self {
+            // SAFETY: the `&'static mut` is given up here: the block is the record's alone
+            // until `into_storage` rebuilds it; the capacity is in range (checked above).
+            record: unsafe { RecordPtr::in_storage(block, capacity) },
+        })
     }
 
     /// The storage of a context made with [`in_storage`](Self::in_storage), given back

@@ -133,14 +133,10 @@ impl RecordPtr {
     ///
     /// # Safety
     /// `storage` must be exclusively the record's from now on, until it is given back by
-    /// [`RecordPtr::storage`].
-    pub(crate) unsafe fn in_storage(
-        storage: NonNull<u8>,
-        capacity: usize,
-    ) -> Result<Self, ContextError> {
-        if !(RECORD_HEADER_SIZE..=MAX_RECORD_SIZE).contains(&capacity) {
-            return Err(ContextError::CapacityOutOfRange { capacity });
-        }
+    /// [`RecordPtr::storage`]; `capacity` must be 28 to 640 (the caller checked it, so
+    /// that it can hand the storage back when it is not).
+    pub(crate) unsafe fn in_storage(storage: NonNull<u8>, capacity: usize) -> Self {
+        debug_assert!((RECORD_HEADER_SIZE..=MAX_RECORD_SIZE).contains(&capacity));
         // SAFETY: the block is the caller's, large enough for the prefix and a record of
         // the largest capacity, and 64-aligned: the prefix holds the capacity as a u16 at
         // its start and the origin byte, the record starts at `PREFIX`. Nothing can see the
@@ -153,7 +149,7 @@ impl RecordPtr {
             // held before.
             record.as_ptr().write_bytes(0, RECORD_HEADER_SIZE);
             record.as_ptr().add(VALID_OFFSET).write(VALID);
-            Ok(Self(record))
+            Self(record)
         }
     }
 
