@@ -2,6 +2,7 @@
 //! exit statuses.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -293,13 +294,24 @@ fn permission_denied_names_what_is_needed() {
         println!("not root: cannot drop to another uid, so this case is not exercised here");
         return;
     }
+    // The tool as another user runs it: a copy in a folder anyone may enter (the build's
+    // own folder may not be, e.g. under a `mktemp -d` checkout).
+    let dir = std::env::temp_dir().join(format!("otel-ctx-as-nobody-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a folder for the copy");
+    let tool = dir.join("otel-ctx");
+    std::fs::copy(otel_ctx(), &tool).expect("copy otel-ctx");
+    for path in [&dir, &tool] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .expect("make it reachable by every user");
+    }
     let publisher = Publisher::start();
-    let out = Command::new(otel_ctx())
+    let out = Command::new(&tool)
         .args(["show", &publisher.pid().to_string()])
         .uid(65534)
         .gid(65534)
-        .output()
-        .unwrap();
+        .output();
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out.expect("run otel-ctx as uid 65534");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("permission denied"), "{stderr}");
