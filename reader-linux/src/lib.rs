@@ -67,7 +67,8 @@ pub use scan::{comm, pids, scan, scan_with, thread_ids, Scan, ScanEntry};
 pub use seqlock::{read_consistent, PayloadCopy, SeqlockRead};
 pub use threads::{
     OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
-    ThreadReaderOptions, ThreadReport, DEFAULT_MAX_RECORD_SIZE, KNOWN_SCHEMAS,
+    ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,
+    KNOWN_SCHEMAS,
 };
 pub use tls::{
     defining_module, loaded_modules, read_slot, read_slot_into, read_stopped, resolve, resolve_for,

@@ -3,6 +3,7 @@
 //! context's `threadlocal.attribute_key_map`.
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use otel_ctx_codec::attrs::ResolvedAttrs;
 use otel_ctx_codec::record::{RecordHeader, RECORD_HEADER_SIZE};
@@ -22,6 +23,10 @@ pub const DEFAULT_MAX_RECORD_SIZE: usize = RECORD_HEADER_SIZE + u16::MAX as usiz
 /// The values of `threadlocal.schema_version` whose records this reader knows: the TLS
 /// record of OTEP 4947, under its development name and its announced final name.
 pub const KNOWN_SCHEMAS: [&str; 2] = [SCHEMA_TLSDESC_V1_DEV, SCHEMA_TLS_V1];
+
+/// How often, at most, a sample whose key index lies past the key map makes a reader
+/// that has found no process context look for one again.
+pub const CONTEXT_SEARCH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How a [`ThreadReader`] reads. Start from `ThreadReaderOptions::default()` and set
 /// fields with the builder methods.
@@ -161,6 +166,9 @@ pub struct ThreadReader {
     resolution: Resolution,
     context: Option<ProcessContextReader>,
     context_published_at: u64,
+    /// Set when a sample's unknown key index found no process context to read: the
+    /// mappings are not scanned again for one before this instant.
+    context_search_after: Option<Instant>,
     key_map: Option<Vec<String>>,
     schema_version: Option<String>,
     max_record_size: usize,
@@ -193,6 +201,7 @@ impl ThreadReader {
             resolution,
             context: None,
             context_published_at: 0,
+            context_search_after: None,
             key_map: None,
             schema_version: None,
             max_record_size: options.max_record_size.max(RECORD_HEADER_SIZE),
@@ -406,12 +415,32 @@ impl ThreadReader {
 
     /// Resolves `attrs_data` against the key map, refreshing the map once when an
     /// index lies past it: the map may have grown since it was read.
+    ///
+    /// With a process context, the refresh reads its header, and the payload only when
+    /// the header says it changed. Without one, looking for it means scanning the
+    /// process's mappings, tens of microseconds: that is done at most once every
+    /// [`CONTEXT_SEARCH_INTERVAL`], so that sampling a process that publishes no context
+    /// at a high rate does not scan its mappings at every sample. An explicit
+    /// [`refresh_key_map`](Self::refresh_key_map) always looks.
     fn resolve_attrs<'d>(&mut self, attrs_data: &'d [u8]) -> ResolvedAttrs<'d> {
         let resolved = ResolvedAttrs::resolve(attrs_data, self.key_map_len());
-        if resolved.max_unknown_index().is_some() && self.refresh_key_map() {
+        if resolved.max_unknown_index().is_some() && self.refresh_key_map_for_sample() {
             return ResolvedAttrs::resolve(attrs_data, self.key_map_len());
         }
         resolved
+    }
+
+    /// [`refresh_key_map`](Self::refresh_key_map), with the search for a missing
+    /// process context limited to one per [`CONTEXT_SEARCH_INTERVAL`].
+    fn refresh_key_map_for_sample(&mut self) -> bool {
+        if self.context.is_none() {
+            let now = Instant::now();
+            if self.context_search_after.is_some_and(|after| now < after) {
+                return false;
+            }
+            self.context_search_after = Some(now + CONTEXT_SEARCH_INTERVAL);
+        }
+        self.refresh_key_map()
     }
 
     /// Reads every thread. Threads that exit meanwhile are left out. When a thread's
