@@ -378,14 +378,24 @@ fn check_ids(trace_id: &[u8; 16], span_id: &[u8; 8], trace_flags: u8) -> Result<
 /// entries take.
 #[inline(always)]
 fn checked_attrs_len(attrs: &[(Key, &str)], capacity: usize) -> Result<usize, ContextError> {
-    // One pass with no branch per entry: the lengths summed, and OR-ed together, which is
-    // over 255 exactly when one of them is.
-    let mut total = 0;
-    let mut any_len = 0;
-    for (_, value) in attrs {
-        total += ENTRY_OVERHEAD + value.len();
-        any_len |= value.len();
-    }
+    // The lengths summed, and OR-ed together, which is over 255 exactly when one of them
+    // is. Up to 4 entries (most updates), one straight run of loads and adds for the
+    // count at hand: no loop to set up.
+    let len = |i: usize| attrs[i].1.len();
+    let (values, any_len) = match attrs.len() {
+        0 => (0, 0),
+        1 => (len(0), len(0)),
+        2 => (len(0) + len(1), len(0) | len(1)),
+        3 => (len(0) + len(1) + len(2), len(0) | len(1) | len(2)),
+        4 => (
+            len(0) + len(1) + len(2) + len(3),
+            len(0) | len(1) | len(2) | len(3),
+        ),
+        _ => attrs.iter().fold((0, 0), |(values, any_len), (_, value)| {
+            (values + value.len(), any_len | value.len())
+        }),
+    };
+    let total = values + ENTRY_OVERHEAD * attrs.len();
     if any_len > MAX_VALUE_LEN {
         return Err(value_too_long(attrs));
     }
@@ -606,8 +616,34 @@ pub(crate) unsafe fn write_truncate<W: RecordWrites>(record: W, keep: usize) -> 
     kept
 }
 
-/// Writes the entry `key, len, value` at `dst`, composed in registers and stored with
-/// few wide stores ([`store8`], [`store16`]):
+/// Writes the entry `key, len, value` at `dst` ([`write_entry_of_len`] says how).
+///
+/// Values of up to 22 bytes (nearly all: methods, routes, status codes, hex ids) go
+/// through one jump, taken from a table indexed by the length, to a copy of
+/// [`write_entry_of_len`] compiled for that constant length: its length tests are gone,
+/// its offsets and the header are constants. Longer values take the general code.
+///
+/// # Safety
+/// `dst` must be writable for `2 + value.len() + WRITE_AHEAD` bytes; `value` must be at
+/// most 255 bytes.
+#[inline(always)]
+unsafe fn write_entry_at(dst: *mut u8, key: u8, value: &[u8]) {
+    let src = value.as_ptr();
+    macro_rules! by_length {
+        ($($len:literal)*) => {
+            match value.len() {
+                // SAFETY: the caller's guarantees; `$len` is the value's length.
+                $($len => unsafe { write_entry_of_len(dst, key, src, $len) },)*
+                // SAFETY: the caller's guarantees; `len` is the value's length.
+                len => unsafe { write_entry_of_len(dst, key, src, len) },
+            }
+        };
+    }
+    by_length!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22)
+}
+
+/// Writes at `dst` the entry `key, len, value`, the value being the `len` bytes at `src`,
+/// composed in registers and stored with few wide stores ([`store8`], [`store16`]):
 ///
 /// | value length | stores |
 /// |---|---|
@@ -623,17 +659,15 @@ pub(crate) unsafe fn write_truncate<W: RecordWrites>(record: W, keep: usize) -> 
 /// than 8 bytes runs past it, by up to [`WRITE_AHEAD`] bytes.
 ///
 /// # Safety
-/// `dst` must be writable for `2 + value.len() + WRITE_AHEAD` bytes; `value` must be at
-/// most 255 bytes.
+/// `src` must be readable for `len` bytes, `len` must be at most 255, and `dst` must be
+/// writable for `2 + len + WRITE_AHEAD` bytes.
 #[inline(always)]
-unsafe fn write_entry_at(dst: *mut u8, key: u8, value: &[u8]) {
-    let len = value.len();
-    let src = value.as_ptr();
+unsafe fn write_entry_of_len(dst: *mut u8, key: u8, src: *const u8, len: usize) {
     // The key and the length as the first two bytes of a little-endian word.
     let header = u64::from(key) | (len as u64) << 8;
-    // SAFETY: every load is inside `value` (the second of a pair starts at `len - width`
-    // with `len >= width`), every store inside the entry or the `WRITE_AHEAD` bytes after
-    // it (guaranteed by the caller).
+    // SAFETY: every load is inside `src[..len]` (the second of a pair starts at
+    // `len - width` with `len >= width`), every store inside the entry or the
+    // `WRITE_AHEAD` bytes after it (guaranteed by the caller).
     unsafe {
         if len <= 8 - ENTRY_OVERHEAD {
             store8(dst, header | load_short(src, len) << 16);
