@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 mod support;
 
-use support::{otel_ctx, run, text};
+use support::{otel_ctx, run, text, DemoService, DEMO_ROUTES};
 
 /// The `otel-ctx-publish` helper, built once.
 fn publish_helper() -> &'static Path {
@@ -355,59 +355,14 @@ fn demo_runs_and_stops_its_service() {
     );
 }
 
-/// `otel-ctx demo-service`: a process context with a key map, and four workers that
-/// attach a thread context per fake request. Stopped (stdin closed) on drop.
-struct DemoService(Child);
-
-impl DemoService {
-    fn start() -> Self {
-        let child = Command::new(otel_ctx())
-            .arg("demo-service")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        // Wait until it has published and registered its keys.
-        for _ in 0..100 {
-            let out = run(&["show", &pid.to_string(), "--json"]);
-            if out.status.success() {
-                let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-                if doc["process_context"]["attributes"]["threadlocal.attribute_key_map"].is_array()
-                {
-                    break;
-                }
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        Self(child)
-    }
-}
-
-impl Drop for DemoService {
-    fn drop(&mut self) {
-        drop(self.0.stdin.take());
-        let _ = self.0.wait();
-    }
-}
-
-const DEMO_ROUTES: [&str; 5] = [
-    "/api/checkout",
-    "/api/cart",
-    "/api/cart/items",
-    "/api/products/:id",
-    "/healthz",
-];
-
 #[test]
 fn show_json_threads() {
     let service = DemoService::start();
-    let pid = service.0.id();
+    let pid = service.pid();
     // Workers attach and detach all the time: look until a sample shows contexts.
     let mut seen_context = false;
     for _ in 0..50 {
-        let out = run(&["show", &pid.to_string(), "--json"]);
+        let out = run(&["show", &pid, "--json"]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
         let tc = &doc["thread_context"];
@@ -452,7 +407,7 @@ fn show_json_threads() {
     }
     assert!(seen_context, "no worker had a context in 50 looks");
 
-    let out = run(&["show", &pid.to_string()]);
+    let out = run(&["show", &pid]);
     let stdout = text(&out.stdout);
     assert!(stdout.contains("through otel_thread_ctx_v1 in"), "{stdout}");
     assert!(stdout.contains("local-exec, dynsym"), "{stdout}");
@@ -462,7 +417,7 @@ fn show_json_threads() {
 #[test]
 fn watch_counts_samples_per_route() {
     let service = DemoService::start();
-    let pid = service.0.id().to_string();
+    let pid = service.pid();
     let out = run(&["watch", &pid, "--duration", "1s", "--hz", "50", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();

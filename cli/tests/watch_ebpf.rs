@@ -17,9 +17,10 @@ use serde_json::Value;
 
 mod support;
 
-use support::text;
+#[cfg(feature = "ebpf")]
+use support::DEMO_ROUTES;
+use support::{otel_ctx, text};
 
-const OTEL_CTX: &str = env!("CARGO_BIN_EXE_otel-ctx");
 #[cfg(feature = "ebpf")]
 const TLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../reader-linux/tests");
 
@@ -64,7 +65,7 @@ fn busy() -> Busy {
 
 #[cfg(feature = "ebpf")]
 fn watch(pid: u32, extra: &[&str]) -> Output {
-    Command::new(OTEL_CTX)
+    Command::new(otel_ctx())
         .args(["watch", &pid.to_string(), "--duration", "1s", "--hz", "499"])
         .args(["--raw-keys", "--by", "#0", "--json"])
         .args(extra)
@@ -106,7 +107,7 @@ fn ebpf_and_ptrace_see_the_same_buckets() {
     assert_eq!(buckets(&watch(pid, &[])), expected);
 
     // The text view names the sampler.
-    let out = Command::new(OTEL_CTX)
+    let out = Command::new(otel_ctx())
         .args(["watch", &pid.to_string(), "--duration", "300ms", "--ebpf"])
         .args(["--raw-keys", "--by", "#0"])
         .output()
@@ -121,7 +122,7 @@ fn ebpf_and_ptrace_see_the_same_buckets() {
 
     // `show --ebpf`: each thread it lists has the context `show` (ptrace) reads.
     let show = |extra: &[&str]| -> Value {
-        let out = Command::new(OTEL_CTX)
+        let out = Command::new(otel_ctx())
             .args(["show", &pid.to_string(), "--raw-keys", "--json"])
             .args(extra)
             .output()
@@ -154,12 +155,9 @@ fn without_the_capabilities_ebpf_says_why_and_ptrace_still_works() {
     // Root without CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN: BPF is refused, ptrace is not.
     let dropped = |extra: &[&str]| {
         Command::new("setpriv")
-            .args([
-                "--bounding-set=-bpf,-perfmon,-sys_admin",
-                OTEL_CTX,
-                "watch",
-                &pid,
-            ])
+            .arg("--bounding-set=-bpf,-perfmon,-sys_admin")
+            .arg(otel_ctx())
+            .args(["watch", &pid])
             .args(["--duration", "300ms", "--raw-keys", "--by", "#0"])
             .args(extra)
             .output()
@@ -181,7 +179,7 @@ fn without_the_capabilities_ebpf_says_why_and_ptrace_still_works() {
 #[cfg(not(feature = "ebpf"))]
 #[test]
 fn a_build_without_the_feature_says_how_to_get_it() {
-    let out = Command::new(OTEL_CTX)
+    let out = Command::new(otel_ctx())
         .args(["watch", &std::process::id().to_string(), "--ebpf"])
         .output()
         .expect("run otel-ctx");
@@ -190,16 +188,6 @@ fn a_build_without_the_feature_says_how_to_get_it() {
     assert!(stderr.contains("--features ebpf"), "{stderr}");
 }
 
-/// The routes of the demo service (`otel_ctx_tracing::demo`).
-#[cfg(feature = "ebpf")]
-const DEMO_ROUTES: [&str; 5] = [
-    "/api/checkout",
-    "/api/cart",
-    "/api/cart/items",
-    "/api/products/:id",
-    "/healthz",
-];
-
 #[cfg(feature = "ebpf")]
 #[test]
 fn the_demo_service_sampled_by_ebpf() {
@@ -207,7 +195,7 @@ fn the_demo_service_sampled_by_ebpf() {
     let pid = demo.pid();
 
     // Its workers spin inside request spans: the ticks that land there name a route.
-    let out = Command::new(OTEL_CTX)
+    let out = Command::new(otel_ctx())
         .args([
             "watch",
             &pid,
@@ -234,7 +222,7 @@ fn the_demo_service_sampled_by_ebpf() {
     assert!(routes >= 2, "{doc}");
 
     // `show --ebpf`: every context it lists is a request's.
-    let out = Command::new(OTEL_CTX)
+    let out = Command::new(otel_ctx())
         .args(["show", &pid, "--ebpf", "--json"])
         .output()
         .expect("run otel-ctx");
@@ -259,7 +247,7 @@ fn the_demo_service_sampled_by_ebpf() {
 #[cfg(feature = "ebpf")]
 #[test]
 fn the_demo_view_from_ebpf_samples() {
-    let out = Command::new(OTEL_CTX)
+    let out = Command::new(otel_ctx())
         .args(["demo", "--ebpf", "--duration", "3s"])
         .stdin(Stdio::null())
         .output()
@@ -292,7 +280,7 @@ fn the_demo_view_from_ebpf_samples() {
 #[cfg(not(feature = "ebpf"))]
 #[test]
 fn a_build_without_the_feature_refuses_demo_ebpf() {
-    let out = Command::new(OTEL_CTX)
+    let out = Command::new(otel_ctx())
         .args(["demo", "--ebpf", "--duration", "1s"])
         .output()
         .expect("run otel-ctx");

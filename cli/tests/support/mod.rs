@@ -26,6 +26,15 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The routes of the demo service (`otel_ctx_tracing::demo`).
+pub const DEMO_ROUTES: [&str; 5] = [
+    "/api/checkout",
+    "/api/cart",
+    "/api/cart/items",
+    "/api/products/:id",
+    "/healthz",
+];
+
 /// `otel-ctx demo-service` (the demo's `tracing` + OpenTelemetry SDK service), stopped by
 /// closing its input on drop.
 pub struct DemoService(Child);
