@@ -40,6 +40,7 @@ mod memory;
 mod reader;
 mod scan;
 mod seqlock;
+mod stack;
 mod sys;
 mod threads;
 mod tls;
@@ -65,6 +66,7 @@ pub use reader::{
 };
 pub use scan::{comm, pids, scan, scan_with, thread_ids, Scan, ScanEntry};
 pub use seqlock::{read_consistent, PayloadCopy, SeqlockRead};
+pub use stack::{StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
 pub use threads::{
     OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
     ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,

@@ -20,6 +20,10 @@ use std::os::unix::fs::FileExt;
 
 use crate::sys;
 
+/// The smallest page size of the architectures covered (4 KiB): copies that must stop at
+/// the first unmapped page go at most this far in one step.
+const PAGE_GRANULE: u64 = 4096;
+
 /// How the reader copies memory out of the target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReadMethod {
@@ -136,6 +140,53 @@ impl ProcessMemory {
         self.pread(addr, buf)
     }
 
+    /// Copies the target's bytes from `addr` into the start of `buf`, as many as are
+    /// mapped without a gap, up to `buf.len()`: the number copied, 0 when `addr` itself
+    /// is not mapped. For ranges whose end may lie past the mapping, such as the top of
+    /// a thread's stack.
+    pub fn read_prefix(&self, addr: u64, buf: &mut [u8]) -> Result<usize, CopyError> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        // The range must not wrap around the address space.
+        let len = usize::try_from(u64::MAX - addr).map_or(buf.len(), |room| room.min(buf.len()));
+        let buf = &mut buf[..len];
+        if !self.uses_proc_mem() {
+            match process_vm_readv_prefix(self.via.get(), addr, buf) {
+                Err(CopyError::Os { source, .. })
+                    if self.method == ReadMethod::Auto
+                        && matches!(source.raw_os_error(), Some(libc::EPERM | libc::ENOSYS)) =>
+                {
+                    self.vm_readv_refused.set(true);
+                }
+                Err(CopyError::Gone) => {
+                    // The main thread may have exited while others run on: read_exact
+                    // finds a live one.
+                    return match self.read_exact(addr, &mut buf[..1]) {
+                        Ok(()) => process_vm_readv_prefix(self.via.get(), addr, buf),
+                        Err(CopyError::Unmapped) => Ok(0),
+                        Err(e) => Err(e),
+                    };
+                }
+                other => return other,
+            }
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            // Page by page, so that the first unmapped page ends the copy.
+            let at = addr + done as u64;
+            let page_end = (at | (PAGE_GRANULE - 1)).saturating_add(1);
+            let chunk = usize::try_from(page_end - at)
+                .map_or(buf.len() - done, |n| n.min(buf.len() - done));
+            match self.pread(at, &mut buf[done..done + chunk]) {
+                Ok(()) => done += chunk,
+                Err(CopyError::Unmapped) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
     fn pread(&self, addr: u64, buf: &mut [u8]) -> Result<(), CopyError> {
         if self.mem.get().is_none() {
             let path = match live_thread(self.pid) {
@@ -197,28 +248,36 @@ impl ProcessMemory {
     }
 }
 
-/// One `process_vm_readv` of one local and one remote range.
+/// One `process_vm_readv` of one local and one remote range: the whole range, or
+/// [`CopyError::Unmapped`] when it runs into an unmapped page.
 fn process_vm_readv(pid: u32, addr: u64, buf: &mut [u8]) -> Result<(), CopyError> {
+    match process_vm_readv_prefix(pid, addr, buf)? {
+        n if n == buf.len() => Ok(()),
+        _ => Err(CopyError::Unmapped),
+    }
+}
+
+/// One `process_vm_readv` of one local and one remote range: the bytes copied, short
+/// (or 0) when the range runs into an unmapped page.
+fn process_vm_readv_prefix(pid: u32, addr: u64, buf: &mut [u8]) -> Result<usize, CopyError> {
     let Ok(remote) = usize::try_from(addr) else {
-        return Err(CopyError::Unmapped);
+        return Ok(0);
     };
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return Err(CopyError::Gone);
     };
     loop {
         return match sys::process_vm_readv(pid, remote, buf) {
-            // A short count means the range ran into an unmapped page.
-            Ok(n) if n == buf.len() => Ok(()),
-            Ok(_) => Err(CopyError::Unmapped),
-            Err(e) => Err(match e.raw_os_error() {
+            Ok(n) => Ok(n),
+            Err(e) => match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
-                Some(libc::EFAULT) => CopyError::Unmapped,
-                Some(libc::ESRCH) => CopyError::Gone,
-                _ => CopyError::Os {
+                Some(libc::EFAULT) => Ok(0),
+                Some(libc::ESRCH) => Err(CopyError::Gone),
+                _ => Err(CopyError::Os {
                     operation: "process_vm_readv",
                     source: e,
-                },
-            }),
+                }),
+            },
         };
     }
 }

@@ -4,8 +4,8 @@
 //!
 //! - [`process_vm_readv(2)`](https://man7.org/linux/man-pages/man2/process_vm_readv.2.html)
 //! - [`ptrace(2)`](https://man7.org/linux/man-pages/man2/ptrace.2.html): `PTRACE_SEIZE`,
-//!   `PTRACE_INTERRUPT`, `PTRACE_DETACH`, and the thread-pointer register
-//!   (`PTRACE_GETREGS` on x86_64, `PTRACE_GETREGSET` with `NT_ARM_TLS` on aarch64)
+//!   `PTRACE_INTERRUPT`, `PTRACE_DETACH`, and the registers (`PTRACE_GETREGS` on x86_64,
+//!   `PTRACE_GETREGSET` with `NT_PRSTATUS` and `NT_ARM_TLS` on aarch64)
 //! - [`waitpid(2)`](https://man7.org/linux/man-pages/man2/wait.2.html) with `__WALL`,
 //!   which rustix's `waitpid` does not accept (it is needed for threads other than a
 //!   thread group's leader).
@@ -76,14 +76,63 @@ pub(crate) fn waitpid_all(tid: i32, extra: i32) -> io::Result<Option<i32>> {
     }
 }
 
-/// The thread pointer of stopped tracee `tid`: `fs_base`.
+/// The registers of a stopped tracee that unwinding starts from, and its thread pointer.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RawRegisters {
+    pub(crate) ip: u64,
+    pub(crate) sp: u64,
+    pub(crate) fp: u64,
+    pub(crate) lr: u64,
+    pub(crate) thread_pointer: u64,
+}
+
+/// The user registers of stopped tracee `tid` (`PTRACE_GETREGS`): `rip`, `rsp`, `rbp`
+/// and `fs_base`.
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn thread_pointer(tid: i32) -> io::Result<u64> {
+pub(crate) fn registers(tid: i32) -> io::Result<RawRegisters> {
     let mut regs = std::mem::MaybeUninit::<libc::user_regs_struct>::zeroed();
     // SAFETY: PTRACE_GETREGS writes one user_regs_struct to `data`, which points at one.
     check(unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, regs.as_mut_ptr()) })?;
     // SAFETY: the buffer was zeroed, and then filled by the kernel.
-    Ok(unsafe { regs.assume_init() }.fs_base)
+    let regs = unsafe { regs.assume_init() };
+    Ok(RawRegisters {
+        ip: regs.rip,
+        sp: regs.rsp,
+        fp: regs.rbp,
+        lr: 0,
+        thread_pointer: regs.fs_base,
+    })
+}
+
+/// The user registers of stopped tracee `tid` (`PTRACE_GETREGSET` with `NT_PRSTATUS`:
+/// `pc`, `sp`, `x29` and `x30`) and its thread pointer (`NT_ARM_TLS`: `tpidr_el0`).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn registers(tid: i32) -> io::Result<RawRegisters> {
+    const NT_PRSTATUS: usize = 1;
+    let mut regs = std::mem::MaybeUninit::<libc::user_regs_struct>::zeroed();
+    let mut iov = libc::iovec {
+        iov_base: regs.as_mut_ptr().cast(),
+        iov_len: std::mem::size_of::<libc::user_regs_struct>(),
+    };
+    // SAFETY: PTRACE_GETREGSET with NT_PRSTATUS writes at most `iov_len` bytes to
+    // `iov_base`, which points at a user_regs_struct that outlives the call.
+    check(unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, NT_PRSTATUS, &mut iov) })?;
+    // SAFETY: the buffer was zeroed, and then (partly) filled by the kernel; every bit
+    // pattern is a valid user_regs_struct.
+    let regs = unsafe { regs.assume_init() };
+    Ok(RawRegisters {
+        ip: regs.pc,
+        sp: regs.sp,
+        fp: regs.regs[29],
+        lr: regs.regs[30],
+        thread_pointer: thread_pointer(tid)?,
+    })
+}
+
+/// The thread pointer of stopped tracee `tid`: `fs_base`.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn thread_pointer(tid: i32) -> io::Result<u64> {
+    registers(tid).map(|r| r.thread_pointer)
 }
 
 /// The thread pointer of stopped tracee `tid`: `tpidr_el0`.

@@ -12,6 +12,7 @@ use otel_ctx_codec::threadlocal::{MAX_KEY_MAP_LEN, SCHEMA_TLSDESC_V1_DEV, SCHEMA
 use crate::error::Error;
 use crate::memory::{ProcessMemory, ReadMethod};
 use crate::reader::ProcessContextReader;
+use crate::stack::{StackBuffer, UserRegisters};
 use crate::tls::{
     loaded_modules, read_slot_into, read_stopped, resolve, ElfCache, Libc, LoadedModule,
     PtraceError, Resolution, SampleError, SlotContents, StoppedThread, ThreadSample, TlsError,
@@ -367,24 +368,74 @@ impl ThreadReader {
         tid: u32,
         buffer: &'a mut RecordBuffer,
     ) -> Result<Option<ThreadContextRef<'a>>, SampleError> {
-        let contents = {
-            let stopped = StoppedThread::stop(tid)?;
-            let thread_pointer = stopped.thread_pointer()?;
-            match self.resolution.slot_address(thread_pointer, &self.memory)? {
-                None => SlotContents::Null,
-                Some(slot) => read_slot_into(
-                    slot,
-                    &self.memory,
-                    self.max_record_size,
-                    &mut buffer.attrs_data,
-                )?,
+        let (_, contents) = self.read_stopped_into(tid, buffer, None)?;
+        Ok(self.named(contents, &buffer.attrs_data))
+    }
+
+    /// Like [`sample_into`](Self::sample_into), and while the thread is stopped also
+    /// takes its user registers and copies the top of its stack (from the stack pointer
+    /// up, at most `stack`'s capacity, less where the stack's mapping ends) into
+    /// `stack`: what a profiler unwinds. Allocation-free as `sample_into` is.
+    pub fn sample_with_stack_into<'a>(
+        &'a mut self,
+        tid: u32,
+        buffer: &'a mut RecordBuffer,
+        stack: &mut StackBuffer,
+    ) -> Result<(UserRegisters, Option<ThreadContextRef<'a>>), SampleError> {
+        let (registers, contents) = self.read_stopped_into(tid, buffer, Some(stack))?;
+        Ok((registers, self.named(contents, &buffer.attrs_data)))
+    }
+
+    /// Stops thread `tid`, takes its registers (and with `stack`, copies the top of its
+    /// stack), copies its record into `buffer`, and lets it go.
+    fn read_stopped_into(
+        &self,
+        tid: u32,
+        buffer: &mut RecordBuffer,
+        stack: Option<&mut StackBuffer>,
+    ) -> Result<(UserRegisters, SlotContents), SampleError> {
+        let stopped = StoppedThread::stop(tid)?;
+        let (registers, thread_pointer) = match stack {
+            None => (UserRegisters::default(), stopped.thread_pointer()?),
+            Some(stack) => {
+                let (registers, thread_pointer) = stopped.registers()?;
+                let copied = self
+                    .memory
+                    .read_prefix(registers.sp, stack.spare())
+                    .map_err(|e| SampleError::Memory {
+                        what: "the stack",
+                        address: registers.sp,
+                        source: e.into(),
+                    })?;
+                stack.set_len(copied);
+                (registers, thread_pointer)
             }
-            // `stopped` is dropped here: the thread runs on.
         };
-        let SlotContents::Record { address, header } = contents else {
-            return Ok(None);
+        let contents = match self.resolution.slot_address(thread_pointer, &self.memory)? {
+            None => SlotContents::Null,
+            Some(slot) => read_slot_into(
+                slot,
+                &self.memory,
+                self.max_record_size,
+                &mut buffer.attrs_data,
+            )?,
         };
-        Ok(Some(self.name_record(header, address, &buffer.attrs_data)))
+        Ok((registers, contents))
+        // `stopped` is dropped on return: the thread runs on.
+    }
+
+    /// The named context of what a read found: `None` unless a valid record.
+    fn named<'a>(
+        &'a mut self,
+        contents: SlotContents,
+        attrs_data: &'a [u8],
+    ) -> Option<ThreadContextRef<'a>> {
+        match contents {
+            SlotContents::Record { address, header } => {
+                Some(self.name_record(header, address, attrs_data))
+            }
+            _ => None,
+        }
     }
 
     /// Names the attributes of a valid record that was copied out of the target some

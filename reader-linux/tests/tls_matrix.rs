@@ -11,7 +11,9 @@ use std::path::Path;
 use otel_ctx_reader::{
     loaded_modules, read_stopped, resolve, AccessModel, ElfCache, Libc, SlotState, StoppedThread,
 };
-use otel_ctx_reader::{ProcessMemory, ReadMethod, ThreadReader, ThreadReaderOptions};
+use otel_ctx_reader::{
+    ProcessMemory, ReadMethod, RecordBuffer, StackBuffer, ThreadReader, ThreadReaderOptions,
+};
 
 // Shared with `ebpf_matrix.rs`, which uses all of it (this test leaves `Target::lines`).
 #[allow(dead_code)]
@@ -89,6 +91,65 @@ fn check(name: &str, target: &Target, model: AccessModel, named: bool) {
         }
     }
     assert_eq!(with_context, 3, "{name}: contexts found");
+    check_stacks(name, target, &mut reader, &memory);
+}
+
+/// The registers and stack copy a profiler unwinds: the stack pointer inside the
+/// thread's stack mapping, the copy equal to the target's memory there, the instruction
+/// pointer inside an executable mapping, and the same record as without the stack.
+fn check_stacks(name: &str, target: &Target, reader: &mut ThreadReader, memory: &ProcessMemory) {
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", target.child.id())).unwrap();
+    let lines: Vec<_> = maps
+        .lines()
+        .filter_map(|line| otel_ctx_reader::MapsLine::parse(line.as_bytes()))
+        .collect();
+    // Only readable memory can be copied (guard pages are mapped `---p`), and not the
+    // kernel's `[vvar]` pages, which can lie right above a musl thread's stack.
+    let readable: Vec<(u64, u64)> = lines
+        .iter()
+        .filter(|l| l.perms[0] == b'r' && !l.name.starts_with(b"[vvar"))
+        .map(|l| (l.start, l.end))
+        .collect();
+    let mut records = RecordBuffer::new();
+    let mut stack = StackBuffer::new(4096);
+    for t in &target.threads {
+        let (registers, context) = reader
+            .sample_with_stack_into(t.tid, &mut records, &mut stack)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            context.map(|c| c.record_address).unwrap_or(0),
+            t.record,
+            "{name}: thread {}",
+            t.tid
+        );
+        let (_, mut mapped_end) = *readable
+            .iter()
+            .find(|(s, e)| (*s..*e).contains(&registers.sp))
+            .unwrap_or_else(|| panic!("{name}: sp {:#x} outside every mapping", registers.sp));
+        // The copy runs on through adjacent readable mappings (musl puts a thread's TLS area
+        // right above its stack), up to the first unmapped page.
+        while let Some((_, end)) = readable.iter().find(|(s, _)| *s == mapped_end) {
+            mapped_end = *end;
+        }
+        let expected = (mapped_end - registers.sp).min(4096) as usize;
+        assert_eq!(
+            stack.bytes().len(),
+            expected,
+            "{name}: stack copy of {}",
+            t.tid
+        );
+        let mut again = vec![0; expected];
+        memory.read_exact(registers.sp, &mut again).unwrap();
+        // Stopped again since the copy: the thread may have moved only below its sp.
+        assert_eq!(&again[..64], &stack.bytes()[..64], "{name}: stack bytes");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.is_executable() && (l.start..l.end).contains(&registers.ip)),
+            "{name}: ip {:#x} not in an executable mapping",
+            registers.ip
+        );
+    }
 }
 
 #[test]

@@ -163,6 +163,31 @@ impl StoppedThread {
     }
 }
 
+impl StoppedThread {
+    /// The user registers a stack walk starts from: `rip`, `rsp`, `rbp` on x86_64; `pc`,
+    /// `sp`, `x29`, `x30` on aarch64. With the thread pointer, from the same request on
+    /// x86_64.
+    pub fn registers(&self) -> Result<(crate::stack::UserRegisters, u64), PtraceError> {
+        let raw = sys::registers(self.tid).map_err(|e| {
+            os_error(
+                if cfg!(target_arch = "aarch64") {
+                    "PTRACE_GETREGSET(NT_PRSTATUS)"
+                } else {
+                    "PTRACE_GETREGS"
+                },
+                e,
+            )
+        })?;
+        let registers = crate::stack::UserRegisters {
+            ip: raw.ip,
+            sp: raw.sp,
+            fp: raw.fp,
+            lr: raw.lr,
+        };
+        Ok((registers, raw.thread_pointer))
+    }
+}
+
 impl Drop for StoppedThread {
     fn drop(&mut self) {
         if self.tid <= 0 {

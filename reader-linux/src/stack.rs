@@ -1,0 +1,103 @@
+//! What a sampler captures of a thread besides its context, for a profiler to unwind:
+//! the user registers a stack walk starts from, and a copy of the top of the user stack.
+//!
+//! The reader only copies; unwinding, symbols and output formats belong to the layer
+//! above it (the `otel-ctx-profile` crate, or a profiler's own), so a profiler that
+//! embeds the reader brings its own.
+
+/// The stack copied by default: the top 16 KiB, enough for a few dozen frames of most
+/// programs, at a fixed cost per sample.
+pub const DEFAULT_STACK_SIZE: usize = 16 * 1024;
+
+/// Largest stack copy a sampler accepts (the eBPF sampler's ring-buffer record has room
+/// for no more).
+pub const MAX_STACK_SIZE: usize = 64 * 1024;
+
+/// The user registers an unwinder starts from, as they were when the thread was
+/// interrupted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserRegisters {
+    /// The instruction pointer (`rip`, `pc`).
+    pub ip: u64,
+    /// The stack pointer (`rsp`, `sp`).
+    pub sp: u64,
+    /// The frame pointer (`rbp`, `x29`).
+    pub fp: u64,
+    /// The link register (`x30`) on aarch64; 0 on x86_64.
+    pub lr: u64,
+}
+
+/// The caller's buffer for a stack copy, reused from sample to sample: its capacity is
+/// the size copied, fixed when it is made, so sampling into it never allocates.
+#[derive(Clone, Debug)]
+pub struct StackBuffer {
+    bytes: Box<[u8]>,
+    len: usize,
+}
+
+impl Default for StackBuffer {
+    fn default() -> Self {
+        Self::new(DEFAULT_STACK_SIZE)
+    }
+}
+
+impl StackBuffer {
+    /// A buffer that copies up to `size` bytes of stack (at most [`MAX_STACK_SIZE`]).
+    pub fn new(size: usize) -> Self {
+        Self {
+            bytes: vec![0; size.min(MAX_STACK_SIZE)].into_boxed_slice(),
+            len: 0,
+        }
+    }
+
+    /// The most bytes a copy takes.
+    pub fn capacity(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The bytes of the last copy: the stack from the stack pointer up, shorter than the
+    /// capacity where the stack's mapping ends first.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// The whole buffer, to copy into, and then [`set_len`](Self::set_len).
+    pub(crate) fn spare(&mut self) -> &mut [u8] {
+        self.len = 0;
+        &mut self.bytes
+    }
+
+    /// Sets how many bytes the last copy filled (at most the capacity).
+    pub(crate) fn set_len(&mut self, len: usize) {
+        self.len = len.min(self.bytes.len());
+    }
+
+    /// Fills the buffer from `bytes` (a copy made elsewhere, such as the eBPF sampler's
+    /// ring buffer), cut to the capacity.
+    pub fn copy_from(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(self.bytes.len());
+        self.bytes[..n].copy_from_slice(&bytes[..n]);
+        self.len = n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_keeps_its_capacity() {
+        let mut b = StackBuffer::new(8);
+        assert_eq!(b.capacity(), 8);
+        assert!(b.bytes().is_empty());
+        b.copy_from(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(b.bytes(), &[1, 2, 3, 4, 5, 6, 7, 8]);
+        b.copy_from(&[9]);
+        assert_eq!(b.bytes(), &[9]);
+        let spare = b.spare();
+        assert_eq!(spare.len(), 8);
+        b.set_len(100);
+        assert_eq!(b.bytes().len(), 8);
+        assert_eq!(StackBuffer::new(1 << 30).capacity(), MAX_STACK_SIZE);
+    }
+}
