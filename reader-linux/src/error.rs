@@ -5,6 +5,7 @@ use std::io;
 
 use otel_ctx_codec::{DecodeError, HeaderError};
 
+use crate::denied::Refuser;
 use crate::memory::{is_gone, CopyError};
 
 /// Why a process context could not be read.
@@ -25,6 +26,13 @@ pub enum Error {
         operation: String,
         /// The kernel's error.
         source: io::Error,
+        /// What refused it, as far as `/proc` tells.
+        refuser: Refuser,
+    },
+    /// No process has this id (none did when the reader looked).
+    NoSuchProcess {
+        /// The id.
+        pid: u32,
     },
     /// The process exited (or is a zombie) before or while it was read.
     ProcessGone {
@@ -116,6 +124,7 @@ impl Error {
         match self {
             Self::NoContext { .. } => "no_context",
             Self::PermissionDenied { .. } => "permission_denied",
+            Self::NoSuchProcess { .. } => "no_such_process",
             Self::ProcessGone { .. } => "process_gone",
             Self::StillUpdating { .. } => "still_updating",
             Self::Malformed { .. } => "malformed",
@@ -128,10 +137,22 @@ impl Error {
         match self {
             Self::NoContext { pid }
             | Self::PermissionDenied { pid, .. }
+            | Self::NoSuchProcess { pid }
             | Self::ProcessGone { pid }
             | Self::StillUpdating { pid, .. }
             | Self::Malformed { pid, .. }
             | Self::Io { pid, .. } => *pid,
+        }
+    }
+
+    /// The error for a process that is not there (see [`is_gone`]):
+    /// [`Error::NoSuchProcess`] when `/proc` has no entry for `pid`, else
+    /// [`Error::ProcessGone`] (a zombie, or a process exiting now).
+    pub fn gone(pid: u32) -> Self {
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            Self::ProcessGone { pid }
+        } else {
+            Self::NoSuchProcess { pid }
         }
     }
 
@@ -157,6 +178,7 @@ impl Error {
                 pid,
                 operation: operation.into(),
                 source,
+                refuser: crate::denied::diagnose(pid),
             },
             Some(libc::ESRCH | libc::ENOENT) => Self::ProcessGone { pid },
             _ => Self::Io {
@@ -180,12 +202,11 @@ impl fmt::Display for Error {
                 pid,
                 operation,
                 source,
+                refuser,
             } => {
                 write!(
                     f,
-                    "permission denied to {operation} of process {pid} ({source}); reading another \
-                     process needs CAP_SYS_PTRACE (run as root or with sudo), or the same uid as the \
-                     process with kernel.yama.ptrace_scope at 0"
+                    "permission denied to {operation} of process {pid} ({source}): {refuser}"
                 )?;
                 if operation.starts_with("process_vm_readv") {
                     f.write_str(
@@ -195,6 +216,7 @@ impl fmt::Display for Error {
                 }
                 Ok(())
             }
+            Self::NoSuchProcess { pid } => write!(f, "no process has id {pid}"),
             Self::ProcessGone { pid } => write!(f, "process {pid} has exited"),
             Self::StillUpdating { pid, attempts } => write!(
                 f,

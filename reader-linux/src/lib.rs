@@ -32,9 +32,11 @@
 // Every system call that needs `unsafe` is in `sys`, which allows it for itself.
 #![deny(unsafe_code)]
 
+mod denied;
 #[cfg(feature = "ebpf")]
 mod ebpf;
 mod error;
+pub mod files;
 mod maps;
 mod memory;
 mod reader;
@@ -45,6 +47,7 @@ mod sys;
 mod threads;
 mod tls;
 
+pub use denied::{diagnose, Refuser};
 #[cfg(feature = "ebpf")]
 pub use ebpf::{
     EbpfCounters, EbpfError, EbpfOptions, EbpfSample, EbpfSampler, EBPF_MAX_ATTRS,
@@ -52,8 +55,8 @@ pub use ebpf::{
 };
 pub use error::{Error, Malformed};
 pub use maps::{
-    ContextMapping, MappingKind, MappingName, MapsLine, MapsScanner, MAX_CANDIDATES,
-    SCAN_BUFFER_SIZE,
+    ContextMapping, FileRange, MappedFile, MappingKind, MappingName, MapsLine, MapsScanner,
+    ProcessMaps, MAX_CANDIDATES, MAX_MAPPED_FILES, MAX_RANGES_PER_FILE, SCAN_BUFFER_SIZE,
 };
 pub use memory::{is_gone, live_thread, CopyError, ProcessMemory, ReadMethod};
 /// The owned model of a decoded process context: the codec's, re-exported.
@@ -74,7 +77,8 @@ pub use threads::{
 };
 pub use tls::{
     defining_module, loaded_modules, read_slot, read_slot_into, read_stopped, resolve, resolve_for,
-    AccessModel, ElfCache, ElfError, ElfTls, Libc, LoadedModule, Machine, PtraceError, Relocated,
-    Resolution, SampleError, SlotContents, SlotLocation, SlotState, StoppedThread, SymbolInfo,
-    SymbolTable, TargetMemory, ThreadRecord, ThreadSample, TlsError, TlsReloc, TlsSegment,
+    AccessModel, DtvLayout, ElfCache, ElfError, ElfTls, Libc, LoadedModule, Machine, Modules,
+    PtraceError, Relocated, Resolution, SampleError, SkipReason, SkippedModule, SlotContents,
+    SlotLocation, SlotState, StoppedThread, SymbolInfo, SymbolTable, TargetMemory, ThreadRecord,
+    ThreadSample, TlsError, TlsReloc, TlsSegment,
 };

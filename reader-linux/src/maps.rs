@@ -100,6 +100,8 @@ pub struct MapsLine<'a> {
     pub perms: [u8; 4],
     /// Offset into the mapped file.
     pub offset: u64,
+    /// Device of the mapped file (`major:minor` in the file), as `st_dev` encodes it.
+    pub dev: u64,
     /// Inode of the mapped file, 0 for anonymous memory.
     pub inode: u64,
     /// The pathname column, possibly empty; it may contain spaces.
@@ -129,7 +131,10 @@ impl<'a> MapsLine<'a> {
         let perms: [u8; 4] = perms.try_into().ok()?;
         let (offset, rest) = split_field(rest)?;
         let offset = parse_hex(offset)?;
-        let (_dev, rest) = split_field(rest)?;
+        let (dev, rest) = split_field(rest)?;
+        let colon = dev.iter().position(|&b| b == b':')?;
+        let major = u32::try_from(parse_hex(&dev[..colon])?).ok()?;
+        let minor = u32::try_from(parse_hex(&dev[colon + 1..])?).ok()?;
         let (inode, name) = match split_field(rest) {
             Some((inode, name)) => (inode, name),
             None => (rest, &rest[rest.len()..]),
@@ -141,6 +146,7 @@ impl<'a> MapsLine<'a> {
             end,
             perms,
             offset,
+            dev: rustix::fs::makedev(major, minor),
             inode,
             name: &name[padding..],
         })
@@ -306,6 +312,176 @@ impl MapsScanner {
     }
 }
 
+/// Most distinct files a [`ProcessMaps`] keeps; further files are counted in
+/// [`ProcessMaps::files_dropped`]. A process maps a few hundred at most.
+pub const MAX_MAPPED_FILES: usize = 16 * 1024;
+
+/// Most mappings kept per file: an ELF module has four or five, and a file mapped
+/// thousands of times costs no more than this.
+pub const MAX_RANGES_PER_FILE: usize = 64;
+
+/// One mapping of a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileRange {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Offset of `start` in the file.
+    pub offset: u64,
+    /// The four permission characters.
+    pub perms: [u8; 4],
+}
+
+impl FileRange {
+    /// Whether the mapping may execute code.
+    pub const fn is_executable(&self) -> bool {
+        self.perms[2] == b'x'
+    }
+}
+
+/// A file the process maps, with its mappings in address order: what a module list, a
+/// symbolizer or an unwinder starts from. The path is the target's, to be opened only
+/// through [`files::open_mapped`](crate::files::open_mapped).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MappedFile {
+    /// The path as the target sees it, without ` (deleted)`.
+    pub path: String,
+    /// Whether the kernel marked the path ` (deleted)`: the file was removed or
+    /// replaced since it was mapped.
+    pub deleted: bool,
+    /// Device of the mapped file (`st_dev`).
+    pub dev: u64,
+    /// Inode of the mapped file.
+    pub inode: u64,
+    /// Its mappings (at most [`MAX_RANGES_PER_FILE`]).
+    pub ranges: Vec<FileRange>,
+}
+
+impl MappedFile {
+    /// Whether any mapping of the file may execute code.
+    pub fn is_executable(&self) -> bool {
+        self.ranges.iter().any(FileRange::is_executable)
+    }
+}
+
+/// Everything one pass over `/proc/<pid>/maps` tells: the process-context candidates
+/// and the mapped files, so that finding the context and listing the modules read the
+/// file once (the kernel holds the target's mmap lock while it prints it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessMaps {
+    /// The process.
+    pub pid: u32,
+    /// Context mappings, in file order, at most [`MAX_CANDIDATES`], as
+    /// [`MapsScanner::find_process_context_mappings`] finds them.
+    pub context_mappings: Vec<ContextMapping>,
+    /// File-backed mappings by file (device and inode), in order of first appearance.
+    pub files: Vec<MappedFile>,
+    /// Files past [`MAX_MAPPED_FILES`], left out.
+    pub files_dropped: usize,
+    /// Lines read.
+    pub lines: usize,
+}
+
+impl ProcessMaps {
+    /// Reads the maps of process `pid` once (see
+    /// [`MapsScanner::for_each_process_line`]).
+    pub fn read(pid: u32) -> io::Result<Self> {
+        MapsScanner::new().process_maps(pid)
+    }
+
+    /// The mapped file that holds address `addr`, and the mapping it is in.
+    pub fn file_at(&self, addr: u64) -> Option<(&MappedFile, &FileRange)> {
+        self.files.iter().find_map(|file| {
+            let range = file
+                .ranges
+                .iter()
+                .find(|r| (r.start..r.end).contains(&addr))?;
+            Some((file, range))
+        })
+    }
+}
+
+/// Builds a [`ProcessMaps`] line by line.
+#[derive(Default)]
+struct MapsCollector {
+    maps: ProcessMaps,
+    by_identity: std::collections::HashMap<(u64, u64), usize>,
+}
+
+impl MapsCollector {
+    fn line(&mut self, line: &[u8], visit: &mut dyn FnMut(&MapsLine<'_>)) -> ControlFlow<()> {
+        self.maps.lines += 1;
+        let _ = collect_candidate(&mut self.maps.context_mappings, line);
+        let Some(parsed) = MapsLine::parse(line) else {
+            return ControlFlow::Continue(());
+        };
+        visit(&parsed);
+        if parsed.inode == 0 || !parsed.name.starts_with(b"/") {
+            return ControlFlow::Continue(());
+        }
+        let range = FileRange {
+            start: parsed.start,
+            end: parsed.end,
+            offset: parsed.offset,
+            perms: parsed.perms,
+        };
+        let key = (parsed.dev, parsed.inode);
+        if let Some(&at) = self.by_identity.get(&key) {
+            let ranges = &mut self.maps.files[at].ranges;
+            if ranges.len() < MAX_RANGES_PER_FILE {
+                ranges.push(range);
+            }
+            return ControlFlow::Continue(());
+        }
+        if self.maps.files.len() >= MAX_MAPPED_FILES {
+            self.maps.files_dropped += 1;
+            return ControlFlow::Continue(());
+        }
+        let (name, deleted) = match parsed.name.strip_suffix(DELETED_SUFFIX) {
+            Some(name) => (name, true),
+            None => (parsed.name, false),
+        };
+        self.by_identity.insert(key, self.maps.files.len());
+        self.maps.files.push(MappedFile {
+            path: String::from_utf8_lossy(name).into_owned(),
+            deleted,
+            dev: parsed.dev,
+            inode: parsed.inode,
+            ranges: vec![range],
+        });
+        ControlFlow::Continue(())
+    }
+}
+
+impl MapsScanner {
+    /// Reads the maps of process `pid` once into a [`ProcessMaps`].
+    pub fn process_maps(&mut self, pid: u32) -> io::Result<ProcessMaps> {
+        self.process_maps_visiting(pid, |_| {})
+    }
+
+    /// Like [`process_maps`](Self::process_maps), and shows `visit` every line of the
+    /// same pass, for what a caller looks for beyond it (the checker's near-miss names).
+    pub fn process_maps_visiting(
+        &mut self,
+        pid: u32,
+        mut visit: impl FnMut(&MapsLine<'_>),
+    ) -> io::Result<ProcessMaps> {
+        let mut collector = MapsCollector::default();
+        self.for_each_process_line(pid, |line| collector.line(line, &mut visit))?;
+        collector.maps.pid = pid;
+        Ok(collector.maps)
+    }
+
+    /// A [`ProcessMaps`] of a maps file's text (recorded lines, in tests).
+    pub fn maps_of<R: Read>(&mut self, pid: u32, input: R) -> io::Result<ProcessMaps> {
+        let mut collector = MapsCollector::default();
+        self.for_each_line(input, |line| collector.line(line, &mut |_| {}))?;
+        collector.maps.pid = pid;
+        Ok(collector.maps)
+    }
+}
+
 fn collect_candidate(found: &mut Vec<ContextMapping>, line: &[u8]) -> ControlFlow<()> {
     if !may_name_context(line) {
         return ControlFlow::Continue(());
@@ -363,7 +539,10 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert_eq!(line.end, 0x7f41_38bf_1000);
         assert_eq!(&line.perms, b"rw-p");
         assert_eq!(line.offset, 0x1000);
+        assert_eq!(line.dev, rustix::fs::makedev(0, 1));
         assert_eq!(line.inode, 1026);
+        let big = MapsLine::parse(b"55e1-55e2 r--p 00000000 103:0a 5382313 /usr/bin/x").unwrap();
+        assert_eq!(big.dev, rustix::fs::makedev(0x103, 0x0a));
         assert_eq!(line.name, b"/memfd:OTEL_CTX (deleted)");
         let anon = MapsLine::parse(b"7f4138bf9000-7f4138bfa000 rw-p 00000000 00:00 0 ").unwrap();
         assert_eq!(anon.name, b"");

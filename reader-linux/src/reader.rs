@@ -7,7 +7,7 @@ use otel_ctx_codec::proto::{Limits, ProcessContextView};
 use otel_ctx_codec::threadlocal::ThreadlocalError;
 
 use crate::error::{Error, Malformed};
-use crate::maps::{ContextMapping, MapsScanner};
+use crate::maps::{ContextMapping, MapsScanner, ProcessMaps};
 use crate::memory::{is_gone, CopyError, ProcessMemory, ReadMethod};
 use crate::seqlock::{read_consistent, read_header, PayloadCopy, SeqlockRead};
 use otel_ctx_codec::owned::{OwnedProcessContext, Threadlocal};
@@ -134,6 +134,9 @@ pub struct ProcessContextReader {
     options: ReaderOptions,
     memory: ProcessMemory,
     mapping: Option<ContextMapping>,
+    /// Candidates from a maps pass the caller already made, taken by the first lookup
+    /// instead of a pass of its own.
+    candidates: Option<Vec<ContextMapping>>,
     scanner: MapsScanner,
     payload: Vec<u8>,
 }
@@ -155,16 +158,27 @@ impl ProcessContextReader {
     /// A reader of process `pid`. Fails only if the process does not exist.
     pub fn with_options(pid: u32, options: ReaderOptions) -> Result<Self, Error> {
         if is_gone(pid) {
-            return Err(Error::ProcessGone { pid });
+            return Err(Error::gone(pid));
         }
         Ok(Self {
             pid,
             options,
             memory: ProcessMemory::new(pid, options.read_method),
             mapping: None,
+            candidates: None,
             scanner: MapsScanner::new(),
             payload: Vec::new(),
         })
+    }
+
+    /// A reader of the process of `maps`, whose first read takes the context mappings
+    /// that pass over `/proc/<pid>/maps` found instead of reading the file again: a
+    /// caller that also lists the modules reads the maps once. Later lookups (after an
+    /// unpublish, say) read the maps themselves.
+    pub fn from_maps(maps: &ProcessMaps, options: ReaderOptions) -> Result<Self, Error> {
+        let mut reader = Self::with_options(maps.pid, options)?;
+        reader.candidates = Some(maps.context_mappings.clone());
+        Ok(reader)
     }
 
     /// The process.
@@ -334,10 +348,13 @@ impl ProcessContextReader {
     /// whose header has the right signature and version wins.
     fn discover(&mut self) -> Result<ContextMapping, Error> {
         let pid = self.pid;
-        let mut candidates = self
-            .scanner
-            .find_process_context_mappings(pid)
-            .map_err(|e| Error::from_io(pid, format!("read /proc/{pid}/maps"), e))?;
+        let mut candidates = match self.candidates.take() {
+            Some(candidates) => candidates,
+            None => self
+                .scanner
+                .find_process_context_mappings(pid)
+                .map_err(|e| Error::from_io(pid, format!("read /proc/{pid}/maps"), e))?,
+        };
         // Exact names first: they are what every reader finds.
         candidates.sort_by_key(|c| !c.name.exact);
         self.choose(candidates)

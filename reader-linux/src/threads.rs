@@ -10,12 +10,14 @@ use otel_ctx_codec::record::{RecordHeader, RECORD_HEADER_SIZE};
 use otel_ctx_codec::threadlocal::{MAX_KEY_MAP_LEN, SCHEMA_TLSDESC_V1_DEV, SCHEMA_TLS_V1};
 
 use crate::error::Error;
+use crate::maps::ProcessMaps;
 use crate::memory::{ProcessMemory, ReadMethod};
-use crate::reader::ProcessContextReader;
+use crate::reader::{ProcessContextReader, ReaderOptions};
 use crate::stack::{StackBuffer, UserRegisters};
 use crate::tls::{
     loaded_modules, read_slot_into, read_stopped, resolve, ElfCache, Libc, LoadedModule,
-    PtraceError, Resolution, SampleError, SlotContents, StoppedThread, ThreadSample, TlsError,
+    PtraceError, Resolution, SampleError, SkippedModule, SlotContents, StoppedThread, ThreadSample,
+    TlsError,
 };
 
 /// Largest record the reader copies by default: any size `attrs_data_size` can declare.
@@ -164,9 +166,12 @@ pub struct ThreadReader {
     memory: ProcessMemory,
     cache: ElfCache,
     modules: Vec<(String, u64)>,
+    skipped: Vec<SkippedModule>,
     resolution: Resolution,
     context: Option<ProcessContextReader>,
     context_published_at: u64,
+    /// Why the last read of the process context failed, if it did.
+    context_error: Option<Error>,
     /// Set when a sample's unknown key index found no process context to read: the
     /// mappings are not scanned again for one before this instant.
     context_search_after: Option<Instant>,
@@ -190,19 +195,33 @@ impl ThreadReader {
 
     /// Locates `otel_thread_ctx_v1` in process `pid` and reads its key map.
     pub fn with_options(pid: u32, options: ThreadReaderOptions) -> Result<Self, ThreadError> {
+        let maps = Self::read_maps(pid)?;
+        Self::from_maps(&maps, options)
+    }
+
+    /// Like [`with_options`](Self::with_options), from a pass over `/proc/<pid>/maps`
+    /// the caller already made (and may use for the process context too): the modules
+    /// and the process context's mapping come from `maps`.
+    pub fn from_maps(
+        maps: &ProcessMaps,
+        options: ThreadReaderOptions,
+    ) -> Result<Self, ThreadError> {
+        let pid = maps.pid;
         let mut cache = ElfCache::new();
         let memory = ProcessMemory::new(pid, ReadMethod::Auto);
-        let modules = Self::load(pid, &mut cache)?;
-        let resolution = Self::resolve(&modules, &memory)?;
+        let modules = loaded_modules(maps, &mut cache);
+        let resolution = Self::resolve(&modules.loaded, &memory)?;
         let mut reader = Self {
             pid,
             memory,
             cache,
-            modules: module_list(&modules),
+            modules: module_list(&modules.loaded),
+            skipped: modules.skipped,
             resolution,
-            context: None,
+            context: ProcessContextReader::from_maps(maps, ReaderOptions::default()).ok(),
             context_published_at: 0,
             context_search_after: None,
+            context_error: None,
             key_map: None,
             schema_version: None,
             max_record_size: options.max_record_size.max(RECORD_HEADER_SIZE),
@@ -218,7 +237,7 @@ impl ThreadReader {
                 // Without a schema, say why: a process context that cannot be read at all
                 // (permission denied, malformed) is not one that announces nothing.
                 if reader.schema_version.is_none() {
-                    if let Err(e) = ProcessContextReader::open(pid).and_then(|mut r| r.read()) {
+                    if let Some(e) = reader.context_error.take() {
                         if !matches!(e, Error::NoContext { .. }) {
                             return Err(ThreadError::Process(e));
                         }
@@ -233,16 +252,17 @@ impl ThreadReader {
         Ok(reader)
     }
 
-    fn load(pid: u32, cache: &mut ElfCache) -> Result<Vec<LoadedModule>, ThreadError> {
-        loaded_modules(pid, cache)
-            .map_err(|e| ThreadError::Process(Error::from_io(pid, "read /proc/<pid>/maps", e)))
+    fn read_maps(pid: u32) -> Result<ProcessMaps, ThreadError> {
+        ProcessMaps::read(pid).map_err(|e| {
+            ThreadError::Process(Error::from_io(pid, format!("read /proc/{pid}/maps"), e))
+        })
     }
 
     fn resolve(
         modules: &[LoadedModule],
         memory: &ProcessMemory,
     ) -> Result<Resolution, ThreadError> {
-        let libc = Libc::detect(modules.iter().map(|m| m.path.as_str()));
+        let libc = Libc::of_modules(modules);
         resolve(modules, libc, memory).map_err(ThreadError::Tls)
     }
 
@@ -271,16 +291,25 @@ impl ThreadReader {
         self.max_record_size = max.max(RECORD_HEADER_SIZE);
     }
 
+    /// The executable mappings the analysis left out, and why (a file that could not be
+    /// opened safely, or cost more than the reader's budget).
+    pub fn skipped_modules(&self) -> &[SkippedModule] {
+        &self.skipped
+    }
+
     /// Re-reads the modules and resolves again if they changed (a library was loaded or
-    /// unloaded). Returns whether they changed.
+    /// unloaded). Returns whether they changed. Reads `/proc/<pid>/maps`: call it on
+    /// evidence (a slot that cannot be computed, a new module announced), not per sample.
     pub fn refresh_modules(&mut self) -> Result<bool, ThreadError> {
-        let modules = Self::load(self.pid, &mut self.cache)?;
-        let list = module_list(&modules);
+        let maps = Self::read_maps(self.pid)?;
+        let modules = loaded_modules(&maps, &mut self.cache);
+        let list = module_list(&modules.loaded);
         if list == self.modules {
             return Ok(false);
         }
-        self.resolution = Self::resolve(&modules, &self.memory)?;
+        self.resolution = Self::resolve(&modules.loaded, &self.memory)?;
         self.modules = list;
+        self.skipped = modules.skipped;
         Ok(true)
     }
 
@@ -297,12 +326,14 @@ impl ThreadReader {
         let snapshot = match reader.read_if_changed(self.context_published_at) {
             Ok(Some(snapshot)) => snapshot,
             Ok(None) => return false,
-            Err(_) => {
+            Err(e) => {
                 // Unpublished or republished at a new address: look again next time.
                 self.context = None;
+                self.context_error = Some(e);
                 return false;
             }
         };
+        self.context_error = None;
         self.context_published_at = snapshot.monotonic_published_at_ns;
         if let Ok(threadlocal) = snapshot.threadlocal {
             self.schema_version = threadlocal.schema_version;

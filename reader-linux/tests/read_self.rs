@@ -369,12 +369,33 @@ fn unpublish_then_republish_elsewhere() {
 
 #[test]
 fn errors_say_what_to_do() {
-    let gone = ProcessContextReader::open(u32::MAX).unwrap_err();
+    // A process that never existed is not one that "has exited".
+    let never = ProcessContextReader::open(u32::MAX).unwrap_err();
     assert!(
-        matches!(gone, Error::ProcessGone { pid: u32::MAX }),
+        matches!(never, Error::NoSuchProcess { pid: u32::MAX }),
+        "{never:?}"
+    );
+    assert_eq!(never.to_string(), format!("no process has id {}", u32::MAX));
+    assert_eq!(never.kind(), "no_such_process");
+    // A zombie has exited.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let zombie = child.id();
+    let started = std::time::Instant::now();
+    let gone = loop {
+        match ProcessContextReader::open(zombie) {
+            Err(e) => break e,
+            Ok(_) => {
+                assert!(started.elapsed().as_secs() < 10, "`true` never exited");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    };
+    assert!(
+        matches!(gone, Error::ProcessGone { pid } if pid == zombie),
         "{gone:?}"
     );
-    assert_eq!(gone.to_string(), format!("process {} has exited", u32::MAX));
+    assert_eq!(gone.to_string(), format!("process {zombie} has exited"));
+    child.wait().unwrap();
     let updating = Error::StillUpdating {
         pid: 5,
         attempts: 8,
@@ -384,10 +405,11 @@ fn errors_say_what_to_do() {
         pid: 5,
         operation: "open /proc/5/maps".into(),
         source: std::io::Error::from_raw_os_error(13),
+        refuser: otel_ctx_reader::Refuser::Yama(2),
     };
     let text = denied.to_string();
     assert!(
-        text.contains("CAP_SYS_PTRACE") && text.contains("ptrace_scope"),
+        text.contains("CAP_SYS_PTRACE") && text.contains("ptrace_scope is 2"),
         "{text}"
     );
     assert_eq!(denied.kind(), "permission_denied");

@@ -9,7 +9,8 @@
 use std::path::Path;
 
 use otel_ctx_reader::{
-    loaded_modules, read_stopped, resolve, AccessModel, ElfCache, Libc, SlotState, StoppedThread,
+    loaded_modules, read_stopped, resolve, AccessModel, ElfCache, Libc, ProcessMaps, SlotState,
+    StoppedThread,
 };
 use otel_ctx_reader::{
     ProcessMemory, ReadMethod, RecordBuffer, StackBuffer, ThreadReader, ThreadReaderOptions,
@@ -25,8 +26,9 @@ use matrix::{start, Target, FIXTURES};
 /// Checks one running fixture: the access model, every slot address, every record.
 fn check(name: &str, target: &Target, model: AccessModel, named: bool) {
     let pid = target.child.id();
-    let modules = loaded_modules(pid, &mut ElfCache::new()).expect("modules");
-    let libc = Libc::detect(modules.iter().map(|m| m.path.as_str()));
+    let maps = ProcessMaps::read(pid).expect("maps");
+    let modules = loaded_modules(&maps, &mut ElfCache::new()).loaded;
+    let libc = Libc::of_modules(&modules);
     let memory = ProcessMemory::new(pid, ReadMethod::Auto);
     let resolution = resolve(&modules, libc, &memory).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(resolution.model, model, "{name}: {resolution:?}");

@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use otel_ctx_reader::{
-    loaded_modules, resolve_for, AccessModel, ElfCache, Libc, SymbolTable, TargetMemory,
+    loaded_modules, resolve_for, AccessModel, ElfCache, Libc, ProcessMaps, SymbolTable,
+    TargetMemory,
 };
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
@@ -109,8 +110,9 @@ fn resolver_agrees_with_the_writers_own_code() {
     }
 
     let memory = OwnMemory(File::open("/proc/self/mem").expect("open /proc/self/mem"));
-    let modules = loaded_modules(std::process::id(), &mut ElfCache::new()).expect("modules");
-    let libc = Libc::detect(modules.iter().map(|m| m.path.as_str()));
+    let maps = ProcessMaps::read(std::process::id()).expect("maps");
+    let modules = loaded_modules(&maps, &mut ElfCache::new()).loaded;
+    let libc = Libc::of_modules(&modules);
     let tp = thread_pointer();
     for ((path, real), model) in cases {
         let module = modules

@@ -362,6 +362,7 @@ mod tests {
                     observed: "3: readers\nrequire 2".into(),
                 },
             ],
+            skipped_modules: Vec::new(),
         }
     }
 

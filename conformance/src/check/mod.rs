@@ -97,6 +97,9 @@ pub struct Report {
     pub observed_for: Duration,
     /// One result per rule.
     pub results: Vec<RuleResult>,
+    /// Executable mappings whose files the check did not analyse, as `path: reason`
+    /// (a file that could not be opened safely, or that costs more than the budget).
+    pub skipped_modules: Vec<String>,
 }
 
 impl Report {
@@ -232,8 +235,10 @@ pub fn check(pid: u32, options: &CheckOptions) -> Result<Report, Error> {
     let observe = options.observe.min(MAX_WINDOW);
     let mut verdicts = Verdicts::new();
     let mut process = ProcessSide::open(pid)?;
-    process.first_read()?;
-    let mut threads = ThreadSide::open(pid)?;
+    // One pass over the maps serves both halves.
+    let maps = process.first_read()?;
+    let mut threads = ThreadSide::open(&maps);
+    drop(maps);
 
     // Without a window, one round: several back to back would see the same contexts.
     let rounds = if observe.is_zero() {
@@ -275,6 +280,7 @@ pub fn check(pid: u32, options: &CheckOptions) -> Result<Report, Error> {
         comm: comm(pid).unwrap_or_default(),
         observed_for,
         results: verdicts.into_results(),
+        skipped_modules: threads.skipped_modules().to_vec(),
     })
 }
 

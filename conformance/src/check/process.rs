@@ -5,7 +5,6 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::fs::File;
-use std::ops::ControlFlow;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
@@ -21,8 +20,17 @@ use otel_ctx_codec::threadlocal::{
 use super::{plural, smaps, RuleId, Verdicts};
 use otel_ctx_reader::{
     boottime_ns, live_thread, read_consistent, CopyError, Error, MappingName, MapsLine,
-    MapsScanner, PayloadCopy, ProcessMemory, ReadMethod, SeqlockRead,
+    MapsScanner, PayloadCopy, ProcessMaps, ProcessMemory, ReadMethod, SeqlockRead,
 };
+
+/// Unnamed anonymous mappings probed for a header that starts with the signature, at
+/// most: each costs a copy out of the process.
+pub(super) const MAX_PROBED: usize = 4096;
+
+/// Mappings above which the `VmFlags` of the context mapping are not read: the kernel
+/// measures every mapping it prints in `/proc/<pid>/smaps` (a page-table walk each), so
+/// reading far into it costs seconds on a process with a million mappings.
+pub(super) const MAX_SMAPS_MAPPINGS: usize = 20_000;
 
 /// Reads of the header made on the first look: while the timestamp is 0 or changing, the
 /// checker retries for about 100 ms before it concludes.
@@ -212,13 +220,17 @@ pub(super) struct ProcessSide {
     unpublished: bool,
     /// Verdicts of the rules judged on every consistent read.
     per_read: Verdicts,
+    /// Unnamed anonymous mappings past [`MAX_PROBED`], not probed.
+    unprobed: usize,
+    /// Lines of the last pass over the maps.
+    mappings: usize,
 }
 
 impl ProcessSide {
     /// Prepares to check process `pid`; fails if it does not exist.
     pub(super) fn open(pid: u32) -> Result<Self, Error> {
         if otel_ctx_reader::is_gone(pid) {
-            return Err(Error::ProcessGone { pid });
+            return Err(Error::gone(pid));
         }
         Ok(Self {
             pid,
@@ -242,6 +254,8 @@ impl ProcessSide {
             key_map_violation: None,
             unpublished: false,
             per_read: Verdicts::new(),
+            unprobed: 0,
+            mappings: 0,
         })
     }
 
@@ -251,12 +265,14 @@ impl ProcessSide {
     }
 
     /// Finds the candidate mappings and makes the first consistent read of the primary
-    /// one, retrying for about 100 ms while its timestamp is 0 or changing.
-    pub(super) fn first_read(&mut self) -> Result<(), Error> {
-        self.candidates = self.discover()?;
+    /// one, retrying for about 100 ms while its timestamp is 0 or changing. Returns the
+    /// pass over the maps, for the thread side's modules.
+    pub(super) fn first_read(&mut self) -> Result<ProcessMaps, Error> {
+        let (candidates, maps) = self.discover_with_maps()?;
+        self.candidates = candidates;
         self.primary = choose(&self.candidates).cloned();
         let Some(primary) = self.primary.clone() else {
-            return Ok(());
+            return Ok(maps);
         };
         self.started_at_ns = process_start_ns(self.pid);
         self.other_time_namespace = other_time_namespace(self.pid);
@@ -278,7 +294,7 @@ impl ProcessSide {
                 }
             }
         }
-        Ok(())
+        Ok(maps)
     }
 
     /// Looks at the mappings again once the window is over, before judging them.
@@ -298,7 +314,15 @@ impl ProcessSide {
             .or_else(|| choose(&candidates))
             .cloned();
         if let Some(primary) = refreshed {
-            self.vm_flags = self.read_vm_flags(primary.start);
+            self.vm_flags = if self.mappings > MAX_SMAPS_MAPPINGS {
+                Err(format!(
+                    "not read: the process has {} mappings, and /proc/<pid>/smaps measures \
+                     each one it prints (more than {MAX_SMAPS_MAPPINGS} cost seconds)",
+                    self.mappings
+                ))
+            } else {
+                self.read_vm_flags(primary.start)
+            };
             self.primary = Some(primary);
             self.candidates = candidates;
         } else if let Some(primary) = &self.primary {
@@ -552,7 +576,19 @@ impl ProcessSide {
             v.skip_unset(&RULES, "no process context");
             return;
         };
-        v.pass(RuleId::PcFound, primary.describe());
+        if self.unprobed > 0 {
+            v.pass(
+                RuleId::PcFound,
+                format!(
+                    "{} ({} unnamed anonymous mappings past the first {MAX_PROBED} were not \
+                     probed for another header)",
+                    primary.describe(),
+                    self.unprobed
+                ),
+            );
+        } else {
+            v.pass(RuleId::PcFound, primary.describe());
+        }
         self.judge_mapping(v, &primary);
         self.judge_header(v, &primary);
 
@@ -794,18 +830,32 @@ impl ProcessSide {
     /// executable mappings, which readers skip), names that mention `OTEL_CTX` otherwise,
     /// and anonymous or memfd mappings of any name that start with the signature.
     fn discover(&mut self) -> Result<Vec<Candidate>, Error> {
+        self.discover_with_maps().map(|(candidates, _)| candidates)
+    }
+
+    /// [`discover`](Self::discover), and the rest of the same pass over the maps (the
+    /// modules the thread side analyses).
+    fn discover_with_maps(&mut self) -> Result<(Vec<Candidate>, ProcessMaps), Error> {
         let pid = self.pid;
         // Lines whose naming is `None` qualify only if they start with the signature.
         let mut lines: Vec<(Candidate, Option<Naming>)> = Vec::new();
-        self.scanner
-            .for_each_process_line(pid, |line| {
-                let Some(line) = MapsLine::parse(line) else {
-                    return ControlFlow::Continue(());
-                };
+        let mut hidden = 0usize;
+        let maps = self
+            .scanner
+            .process_maps_visiting(pid, |line| {
                 let naming = match naming_of(line.name) {
                     Some(naming) => Some(naming),
-                    None if may_hold_hidden_context(&line) => None,
-                    None => return ControlFlow::Continue(()),
+                    None if may_hold_hidden_context(line) => {
+                        // Each one costs a copy out of the process: a process with
+                        // hundreds of thousands of anonymous mappings has only the first
+                        // MAX_PROBED of them probed.
+                        hidden += 1;
+                        if hidden > MAX_PROBED {
+                            return;
+                        }
+                        None
+                    }
+                    None => return,
                 };
                 let candidate = Candidate {
                     start: line.start,
@@ -816,9 +866,10 @@ impl ProcessSide {
                     header: None,
                 };
                 lines.push((candidate, naming));
-                ControlFlow::Continue(())
             })
             .map_err(|e| Error::from_io(pid, format!("read /proc/{pid}/maps"), e))?;
+        self.unprobed = hidden.saturating_sub(MAX_PROBED);
+        self.mappings = maps.lines;
         let mut found = Vec::new();
         for (mut candidate, naming) in lines {
             if candidate.end.saturating_sub(candidate.start) >= HEADER_SIZE as u64 {
@@ -831,7 +882,7 @@ impl ProcessSide {
             }
             found.push(candidate);
         }
-        Ok(found)
+        Ok((found, maps))
     }
 }
 

@@ -2,6 +2,7 @@
 //! model, and every record the threads have attached, sampled a few times over the window.
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use object::elf;
 use otel_ctx_codec::attrs::AttrsIter;
@@ -12,8 +13,9 @@ use super::process::{Content, KeyMapLen, Presence, Summary, TLS_SCHEMAS};
 use super::{plural, RuleId, Status, Verdicts};
 use otel_ctx_reader::{
     defining_module, loaded_modules, read_slot, resolve, thread_ids, AccessModel, ElfCache, Error,
-    Libc, LoadedModule, ProcessMemory, PtraceError, ReadMethod, Resolution, SampleError, SlotState,
-    StoppedThread, SymbolTable, ThreadRecord, TlsError, DEFAULT_MAX_RECORD_SIZE,
+    Libc, LoadedModule, ProcessMaps, ProcessMemory, PtraceError, ReadMethod, Resolution,
+    SampleError, SlotState, StoppedThread, SymbolTable, ThreadRecord, TlsError,
+    DEFAULT_MAX_RECORD_SIZE,
 };
 
 /// What one sample of one thread found.
@@ -89,38 +91,57 @@ pub(super) struct ThreadSide {
     threads: BTreeSet<u32>,
     ptrace_denied: Option<String>,
     first_error: Option<String>,
+    /// The modules the analysis left out, as `path: reason`.
+    skipped: Vec<String>,
+    /// When the modules may be listed again while no module defines the symbol.
+    next_module_look: Instant,
 }
 
+/// How often, at most, a check whose process has no module defining the symbol lists
+/// the modules again.
+const MODULE_LOOK_INTERVAL: Duration = Duration::from_millis(250);
+
 impl ThreadSide {
-    /// Finds the module that defines `otel_thread_ctx_v1` and locates the slot.
-    pub(super) fn open(pid: u32) -> Result<Self, Error> {
+    /// Finds the module that defines `otel_thread_ctx_v1` among the modules of `maps`
+    /// (the pass over `/proc/<pid>/maps` the process side made) and locates the slot.
+    pub(super) fn open(maps: &ProcessMaps) -> Self {
         let mut side = Self {
-            pid,
-            memory: ProcessMemory::new(pid, ReadMethod::Auto),
+            pid: maps.pid,
+            memory: ProcessMemory::new(maps.pid, ReadMethod::Auto),
             cache: ElfCache::new(),
             defining: None,
             resolution: None,
+            skipped: Vec::new(),
+            next_module_look: Instant::now() + MODULE_LOOK_INTERVAL,
             tallies: Tallies::default(),
             samples: 0,
             threads: BTreeSet::new(),
             ptrace_denied: None,
             first_error: None,
         };
-        side.find_symbol()?;
-        Ok(side)
+        side.find_symbol(maps);
+        side
     }
 
     /// Looks for the defining module among the loaded ones, and resolves the slot.
-    fn find_symbol(&mut self) -> Result<(), Error> {
-        let pid = self.pid;
-        let modules = loaded_modules(pid, &mut self.cache)
-            .map_err(|e| Error::from_io(pid, "read /proc/<pid>/maps", e))?;
+    fn find_symbol(&mut self, maps: &ProcessMaps) {
+        let modules = loaded_modules(maps, &mut self.cache);
+        self.skipped = modules
+            .skipped
+            .iter()
+            .map(|skipped| skipped.to_string())
+            .collect();
+        let modules = modules.loaded;
         self.defining = defining_module(&modules).cloned();
         self.resolution = self.defining.as_ref().map(|_| {
-            let libc = Libc::detect(modules.iter().map(|m| m.path.as_str()));
+            let libc = Libc::of_modules(&modules);
             resolve(&modules, libc, &self.memory)
         });
-        Ok(())
+    }
+
+    /// The modules left out of the analysis, and why (`path: reason`).
+    pub(super) fn skipped_modules(&self) -> &[String] {
+        &self.skipped
     }
 
     /// Samples every thread once; `key_map` gives the key map's length (`true`: read the
@@ -129,10 +150,15 @@ impl ThreadSide {
         &mut self,
         key_map: &mut dyn FnMut(bool) -> KeyMapLen,
     ) -> Result<(), Error> {
-        if self.defining.is_none() {
+        if self.defining.is_none() && Instant::now() >= self.next_module_look {
             // A library that defines the variable may be loaded after the process context
-            // is published (a runtime that loads its native agent late).
-            self.find_symbol()?;
+            // is published (a runtime that loads its native agent late). Reading the maps
+            // takes the target's mmap lock: at most once per interval.
+            self.next_module_look = Instant::now() + MODULE_LOOK_INTERVAL;
+            let pid = self.pid;
+            let maps = ProcessMaps::read(pid)
+                .map_err(|e| Error::from_io(pid, format!("read /proc/{pid}/maps"), e))?;
+            self.find_symbol(&maps);
         }
         let Some(Ok(resolution)) = &self.resolution else {
             return Ok(());
@@ -154,7 +180,9 @@ impl ThreadSide {
         let stopped = match StoppedThread::stop(tid) {
             Ok(stopped) => stopped,
             Err(PtraceError::Gone) => return Sample::Gone,
-            Err(e @ PtraceError::Denied(_)) => return Sample::Denied(e.to_string()),
+            Err(e @ (PtraceError::Denied(_) | PtraceError::Traced { .. })) => {
+                return Sample::Denied(e.to_string())
+            }
             Err(e) => return Sample::Error(e.to_string()),
         };
         let tp = match stopped.thread_pointer() {

@@ -7,7 +7,7 @@ use std::io;
 
 use otel_ctx_codec::record::{RecordHeader, RECORD_HEADER_SIZE};
 
-use crate::tls::{Libc, Machine, Resolution, SampleError, SlotContents, SlotLocation, TlsError};
+use crate::tls::{Resolution, SampleError, SlotContents, SlotLocation, TlsError};
 
 /// Number of `u64` words of `struct ctx_config`.
 pub(crate) const CONFIG_WORDS: usize = 9;
@@ -19,6 +19,8 @@ pub const EBPF_MAX_ATTRS: usize = 612;
 /// every reader's bound.
 pub const EBPF_MAX_RECORD_SIZE: usize = RECORD_HEADER_SIZE + EBPF_MAX_ATTRS;
 
+/// `MODE_OFF`: the program samples nothing for this configuration.
+const MODE_OFF: u64 = 0;
 const MODE_TP_OFFSET: u64 = 1;
 const MODE_DTV: u64 = 2;
 
@@ -34,18 +36,18 @@ pub(crate) fn config_words(
     let (mode, tp_offset, module_id, offset, entry_shift, bound_at) = match resolution.location {
         SlotLocation::TpOffset(offset) => (MODE_TP_OFFSET, offset, 0, 0, 0, 0i64),
         SlotLocation::Dtv { module_id, offset } => {
-            let dtv_at: i64 = match (resolution.libc, resolution.machine) {
-                (Libc::Glibc | Libc::Musl, Machine::X86_64) => 8,
-                (Libc::Glibc, Machine::Aarch64) => 0,
-                (Libc::Musl, Machine::Aarch64) => -8,
-            };
-            let (entry_shift, bound_at) = match resolution.libc {
-                // 16-byte entries; dtv[-1] holds the number of entries.
-                Libc::Glibc => (4, -16),
-                // 8-byte entries; dtv[0] holds the number of modules.
-                Libc::Musl => (3, 0),
-            };
-            (MODE_DTV, dtv_at, module_id, offset, entry_shift, bound_at)
+            match resolution.libc.dtv_layout(resolution.machine) {
+                Some(layout) => (
+                    MODE_DTV,
+                    layout.pointer_at,
+                    module_id,
+                    offset,
+                    u64::from(layout.entry_shift),
+                    layout.bound_at,
+                ),
+                // No C library, no DTV: nothing to configure.
+                None => (MODE_OFF, 0, 0, 0, 0, 0),
+            }
         }
     };
     let max_attrs = max_record_size
@@ -201,6 +203,7 @@ pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
 mod tests {
     use super::*;
     use crate::tls::{AccessModel, SymbolTable};
+    use crate::tls::{Libc, Machine};
 
     fn resolution(location: SlotLocation, libc: Libc, machine: Machine) -> Resolution {
         Resolution {

@@ -134,10 +134,17 @@ pub struct ElfTls {
     /// The module defines the variable, has no relocation for it, but has a
     /// local-dynamic `DTPMOD64` for its own TLS block: the model the spec excludes.
     pub local_dynamic: bool,
+    /// A `PT_INTERP` segment: the file asks for a dynamic loader.
+    pub has_interpreter: bool,
+    /// A `NT_GNU_ABI_TAG` note, which glibc's start files put in every executable.
+    pub gnu_abi_tag: bool,
+    /// Whether a file without `PT_INTERP` names `__libc_start_main` in a symbol table: a
+    /// static executable linked with a C library.
+    pub libc_start: bool,
 }
 
 /// Why an ELF file could not be analysed.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum ElfError {
     /// Not a 64-bit ELF file, or its structure is malformed.
@@ -222,9 +229,36 @@ impl ElfTls {
                 align: p.p_align(endian).max(1),
             });
 
+        let has_interpreter = phdrs.iter().any(|p| p.p_type(endian) == elf::PT_INTERP);
+        let gnu_abi_tag = phdrs
+            .iter()
+            .filter(|p| p.p_type(endian) == elf::PT_NOTE)
+            .any(|p| {
+                let Ok(Some(mut notes)) = p.notes(endian, data) else {
+                    return false;
+                };
+                while let Ok(Some(note)) = notes.next() {
+                    if note.name() == elf::ELF_NOTE_GNU
+                        && note.n_type(endian) == elf::NT_GNU_ABI_TAG
+                    {
+                        return true;
+                    }
+                }
+                false
+            });
+
         let sections = header
             .sections(endian, data)
             .map_err(malformed("bad section headers"))?;
+        // Only a static executable needs telling its C library from its contents.
+        let libc_start = !has_interpreter
+            && [elf::SHT_SYMTAB, elf::SHT_DYNSYM].into_iter().any(|kind| {
+                sections.symbols(endian, data, kind).is_ok_and(|symbols| {
+                    symbols.iter().any(|sym| {
+                        symbols.symbol_name(endian, sym).ok() == Some(b"__libc_start_main")
+                    })
+                })
+            });
         let mut found = None;
         for (kind, table) in [
             (elf::SHT_DYNSYM, SymbolTable::Dynsym),
@@ -261,6 +295,9 @@ impl ElfTls {
             symbol: found.map(|(s, _)| s),
             relocs: Vec::new(),
             local_dynamic: false,
+            has_interpreter,
+            gnu_abi_tag,
+            libc_start,
         };
         let Some((symbol, dyn_index)) = found else {
             return Ok(out);

@@ -10,10 +10,10 @@ mod sample;
 pub use elf::{
     ElfError, ElfTls, Machine, Relocated, SymbolInfo, SymbolTable, TlsReloc, TlsSegment,
 };
-pub use modules::{loaded_modules, ElfCache};
+pub use modules::{loaded_modules, ElfCache, Modules, SkipReason, SkippedModule};
 pub use ptrace::{PtraceError, StoppedThread};
 pub use resolve::{
-    defining_module, resolve, resolve_for, AccessModel, Libc, LoadedModule, Resolution,
+    defining_module, resolve, resolve_for, AccessModel, DtvLayout, Libc, LoadedModule, Resolution,
     SlotLocation, TargetMemory, TlsError,
 };
 pub use sample::{

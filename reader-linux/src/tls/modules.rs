@@ -1,34 +1,93 @@
 //! The ELF modules mapped in a process, with their load bias and TLS analysis.
 //!
-//! Files are opened through `/proc/<pid>/root/<path>`, so a reader in another mount
-//! namespace (a container) sees the target's files; when that file was deleted or
-//! replaced since it was mapped, `/proc/<pid>/map_files/` gives the mapped file itself.
-//! Analyses are cached by device and inode.
+//! The modules come from one pass over `/proc/<pid>/maps` ([`ProcessMaps`]); their files
+//! are opened by the rules of [`files`](crate::files) (inside the target's root, never
+//! blocking, only the regular file mapped, else `/proc/<pid>/map_files`) and parsed under
+//! a [`FileBudget`]. A module that cannot be reached or costs too much is skipped, with
+//! its reason ([`SkippedModule`]). Analyses are cached by device and inode.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io;
-use std::ops::ControlFlow;
-use std::os::unix::fs::MetadataExt;
+use std::fmt;
 use std::sync::Arc;
-
-use object::ReadCache;
 
 use super::elf::{ElfError, ElfTls};
 use super::resolve::LoadedModule;
-use crate::maps::{MapsLine, MapsScanner};
+use crate::files::{open_mapped, BudgetedFile, Exceeded, FileBudget, OpenError};
+use crate::maps::{MappedFile, ProcessMaps};
 
-/// Analyses of ELF files, by `(device, inode)`. Files that are not ELF are remembered
-/// as such.
+/// Why a module was left out of the analysis.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// Its file could not be opened safely.
+    Open(OpenError),
+    /// Reading it would cost more than the [`FileBudget`].
+    Budget(Exceeded),
+    /// It is not a 64-bit ELF file of a supported machine.
+    NotElf(ElfError),
+    /// Its mappings do not match its program headers (no mapping of its first
+    /// `PT_LOAD`).
+    NotLoaded,
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Open(e) => e.fmt(f),
+            Self::Budget(e) => e.fmt(f),
+            Self::NotElf(e) => e.fmt(f),
+            Self::NotLoaded => f.write_str("no mapping holds its first loadable segment"),
+        }
+    }
+}
+
+/// A mapped executable file the analysis left out.
+#[derive(Debug)]
+pub struct SkippedModule {
+    /// Its path as maps shows it.
+    pub path: String,
+    /// Why.
+    pub reason: SkipReason,
+}
+
+impl fmt::Display for SkippedModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.reason)
+    }
+}
+
+/// The modules of a process: those analysed, and those skipped with their reasons.
+#[derive(Debug, Default)]
+pub struct Modules {
+    /// The ELF modules with an executable mapping, analysed.
+    pub loaded: Vec<LoadedModule>,
+    /// The executable mappings left out, and why.
+    pub skipped: Vec<SkippedModule>,
+}
+
+/// A file's analysis, or why there is none; both are kept, so a file that was refused
+/// for its cost is not read again.
+type Analysis = Result<Arc<ElfTls>, Arc<SkipReason>>;
+
+/// Analyses of ELF files, by `(device, inode)`, under one [`FileBudget`] per file.
 #[derive(Debug, Default)]
 pub struct ElfCache {
-    entries: HashMap<(u64, u64), Option<Arc<ElfTls>>>,
+    entries: HashMap<(u64, u64), Analysis>,
+    budget: FileBudget,
 }
 
 impl ElfCache {
-    /// An empty cache.
+    /// An empty cache with the default [`FileBudget`].
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty cache whose files are each read under `budget`.
+    pub fn with_budget(budget: FileBudget) -> Self {
+        Self {
+            entries: HashMap::new(),
+            budget,
+        }
     }
 
     /// Number of files analysed.
@@ -41,113 +100,81 @@ impl ElfCache {
         self.entries.is_empty()
     }
 
-    fn analyse(&mut self, file: File) -> io::Result<Option<Arc<ElfTls>>> {
-        let meta = file.metadata()?;
-        let key = (meta.dev(), meta.ino());
+    /// The analysis of `file`, a mapping of process `pid`: from the cache, or opened and
+    /// parsed now. A file that cannot be opened is not remembered (it may be reachable
+    /// later).
+    fn analyse(&mut self, pid: u32, file: &MappedFile) -> Result<Arc<ElfTls>, SkipReason> {
+        let key = (file.dev, file.inode);
         if let Some(hit) = self.entries.get(&key) {
-            return Ok(hit.clone());
+            return hit.clone().map_err(|reason| shared_reason(&reason));
         }
-        // Reads only the parts the analysis needs (headers, symbol tables,
-        // relocations), not the whole file.
-        let cache = ReadCache::new(file);
-        let analysis = match ElfTls::parse(&cache) {
-            Ok(elf) => Some(Arc::new(elf)),
-            Err(ElfError::Malformed(_) | ElfError::UnsupportedMachine(_)) => None,
+        let opened = open_mapped(pid, file).map_err(SkipReason::Open)?;
+        let budgeted = BudgetedFile::new(opened.file, opened.size, self.budget);
+        let analysis = match ElfTls::parse(budgeted.read()) {
+            Ok(elf) => Ok(Arc::new(elf)),
+            Err(e) => Err(Arc::new(match budgeted.exceeded() {
+                Some(exceeded) => SkipReason::Budget(exceeded),
+                None => SkipReason::NotElf(e),
+            })),
         };
         self.entries.insert(key, analysis.clone());
-        Ok(analysis)
+        analysis.map_err(|reason| shared_reason(&reason))
     }
 }
 
-/// One file-backed executable mapping group, as seen in maps.
-#[derive(Debug)]
-struct MappedFile {
-    path: String,
-    inode: u64,
-    /// `(start, end, file offset)` of every mapping of the file.
-    ranges: Vec<(u64, u64, u64)>,
-    executable: bool,
+/// A cached reason, handed out again (the open errors, which hold `io::Error`s, are never
+/// cached).
+fn shared_reason(reason: &SkipReason) -> SkipReason {
+    match reason {
+        SkipReason::Budget(e) => SkipReason::Budget(*e),
+        SkipReason::NotElf(e) => SkipReason::NotElf(e.clone()),
+        SkipReason::NotLoaded | SkipReason::Open(_) => SkipReason::NotLoaded,
+    }
 }
 
-const DELETED: &str = " (deleted)";
-
-/// Lists the ELF modules of `pid` (those with an executable mapping), analysed.
-pub fn loaded_modules(pid: u32, cache: &mut ElfCache) -> io::Result<Vec<LoadedModule>> {
-    let mut files: Vec<MappedFile> = Vec::new();
-    MapsScanner::new().for_each_process_line(pid, |line| {
-        let Some(line) = MapsLine::parse(line) else {
-            return ControlFlow::Continue(());
-        };
-        if line.inode == 0 || !line.name.starts_with(b"/") {
-            return ControlFlow::Continue(());
-        }
-        let Ok(path) = std::str::from_utf8(line.name) else {
-            return ControlFlow::Continue(());
-        };
-        let entry = match files.iter_mut().rev().find(|f| f.path == path) {
-            Some(f) => f,
-            None => {
-                files.push(MappedFile {
-                    path: path.to_owned(),
-                    inode: line.inode,
-                    ranges: Vec::new(),
-                    executable: false,
-                });
-                files.last_mut().expect("just pushed")
-            }
-        };
-        entry.ranges.push((line.start, line.end, line.offset));
-        entry.executable |= line.is_executable();
-        ControlFlow::Continue(())
-    })?;
-
-    let dir = match crate::memory::live_thread(pid) {
-        Some(tid) if tid != pid => format!("/proc/{pid}/task/{tid}"),
-        _ => format!("/proc/{pid}"),
-    };
-    let exe = std::fs::read_link(format!("{dir}/exe"))
-        .ok()
-        .and_then(|p| p.to_str().map(|s| s.trim_end_matches(DELETED).to_owned()));
+/// Lists the ELF modules of `maps`' process (the files with an executable mapping),
+/// analysed, and those skipped.
+pub fn loaded_modules(maps: &ProcessMaps, cache: &mut ElfCache) -> Modules {
+    let pid = maps.pid;
+    let dir = crate::files::proc_dir(pid);
+    let exe = std::fs::read_link(format!("{dir}/exe")).ok().and_then(|p| {
+        p.to_str()
+            .map(|s| s.trim_end_matches(" (deleted)").to_owned())
+    });
     let page = rustix::param::page_size() as u64;
-    let mut modules = Vec::new();
-    for file in files.iter().filter(|f| f.executable) {
-        let Some(elf) = open_mapped(&dir, file).and_then(|f| cache.analyse(f).ok().flatten())
-        else {
-            continue;
+    let mut modules = Modules::default();
+    for file in maps.files.iter().filter(|f| f.is_executable()) {
+        let elf = match cache.analyse(pid, file) {
+            Ok(elf) => elf,
+            Err(reason) => {
+                modules.skipped.push(SkippedModule {
+                    path: file.path.clone(),
+                    reason,
+                });
+                continue;
+            }
         };
         let (load_vaddr, load_offset) = elf.first_load;
         let first_offset = load_offset & !(page - 1);
         let Some(start) = file
             .ranges
             .iter()
-            .filter(|(_, _, off)| *off == first_offset)
-            .map(|(start, _, _)| *start)
+            .filter(|r| r.offset == first_offset)
+            .map(|r| r.start)
             .min()
         else {
+            modules.skipped.push(SkippedModule {
+                path: file.path.clone(),
+                reason: SkipReason::NotLoaded,
+            });
             continue;
         };
-        let path = file.path.trim_end_matches(DELETED).to_owned();
-        modules.push(LoadedModule {
-            is_main: exe.as_deref() == Some(path.as_str()),
+        modules.loaded.push(LoadedModule {
+            is_main: exe.as_deref() == Some(file.path.as_str()),
             bias: start.wrapping_sub(load_vaddr & !(page - 1)),
-            path,
+            path: file.path.clone(),
             elf,
         });
     }
-    Ok(modules)
-}
-
-/// Opens the file behind a mapping: by path under the target's root when it is still
-/// the same file, else through `map_files` (which needs `CAP_SYS_ADMIN`).
-/// `dir` is the process's `/proc` directory, or a live thread's when the main thread has
-/// exited (its `root` and `map_files` are gone with it).
-fn open_mapped(dir: &str, file: &MappedFile) -> Option<File> {
-    let path = file.path.trim_end_matches(DELETED);
-    if let Ok(f) = File::open(format!("{dir}/root{path}")) {
-        if f.metadata().is_ok_and(|m| m.ino() == file.inode) {
-            return Some(f);
-        }
-    }
-    let (start, end, _) = file.ranges.first()?;
-    File::open(format!("{dir}/map_files/{start:x}-{end:x}")).ok()
+    modules
 }

@@ -28,6 +28,14 @@ pub enum PtraceError {
     Gone,
     /// `PTRACE_SEIZE` was refused.
     Denied(io::Error),
+    /// Another tracer (a debugger, a profiler, another reader) holds the thread: a
+    /// thread has one tracer at a time. Retried briefly before this is reported.
+    Traced {
+        /// The tracer's process id, as the thread's `TracerPid` shows it.
+        tracer: u32,
+        /// Its command name, if it could be read.
+        comm: String,
+    },
     /// Another ptrace call failed.
     Os {
         /// The request that failed.
@@ -44,8 +52,17 @@ impl fmt::Display for PtraceError {
             Self::Denied(e) => write!(
                 f,
                 "ptrace refused ({e}): reading thread contexts needs CAP_SYS_PTRACE, or the \
-                 same uid with kernel.yama.ptrace_scope at 0, and no other tracer (a \
-                 debugger or profiler) attached to the thread"
+                 same uid with kernel.yama.ptrace_scope at 0"
+            ),
+            Self::Traced { tracer, comm } if comm.is_empty() => write!(
+                f,
+                "another tracer (process {tracer}) holds the thread, and kept it during the \
+                 retries"
+            ),
+            Self::Traced { tracer, comm } => write!(
+                f,
+                "another tracer ({comm}, process {tracer}) holds the thread, and kept it \
+                 during the retries"
             ),
             Self::Os { request, source } => write!(f, "{request} failed: {source}"),
         }
@@ -60,6 +77,22 @@ fn os_error(request: &'static str, e: io::Error) -> PtraceError {
     } else {
         PtraceError::Os { request, source: e }
     }
+}
+
+/// Attempts to seize a thread that another tracer holds, after the first.
+const TRACED_RETRIES: u32 = 5;
+/// Pause between those attempts.
+const TRACED_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The process id of the tracer of thread `tid` (`TracerPid` in its status), if one
+/// holds it.
+fn tracer_of(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("TracerPid:"))
+        .and_then(|pid| pid.trim().parse().ok())
+        .filter(|&pid| pid != 0)
 }
 
 /// A thread held in a ptrace stop; detached (and any held signal re-injected) on drop.
@@ -79,14 +112,32 @@ impl StoppedThread {
     /// Seizes thread `tid` and waits until it is stopped.
     pub fn stop(tid: u32) -> Result<Self, PtraceError> {
         let tid = i32::try_from(tid).map_err(|_| PtraceError::Gone)?;
-        if let Err(e) = sys::ptrace_seize(tid) {
-            return Err(match e.raw_os_error() {
+        let mut attempt = 0;
+        while let Err(e) = sys::ptrace_seize(tid) {
+            let error = match e.raw_os_error() {
                 Some(libc::ESRCH) => PtraceError::Gone,
                 // A thread that has just exited (a zombie not yet released, or one in
                 // its exit) is refused with EPERM too: that is not a permission problem.
                 Some(libc::EPERM) if crate::memory::thread_is_gone(tid as u32) => PtraceError::Gone,
+                // A thread already traced is refused with EPERM too: another sampler
+                // usually holds it for microseconds, so wait a little for it.
+                Some(libc::EPERM) => match tracer_of(tid as u32) {
+                    Some(_) if attempt < TRACED_RETRIES => {
+                        attempt += 1;
+                        std::thread::sleep(TRACED_PAUSE);
+                        continue;
+                    }
+                    Some(tracer) => PtraceError::Traced {
+                        tracer,
+                        comm: std::fs::read_to_string(format!("/proc/{tracer}/comm"))
+                            .map(|c| c.trim_end().to_owned())
+                            .unwrap_or_default(),
+                    },
+                    None => PtraceError::Denied(e),
+                },
                 _ => PtraceError::Denied(e),
-            });
+            };
+            return Err(error);
         }
         // From here on the thread is attached: `Drop` detaches it, whatever happens.
         let mut thread = Self {

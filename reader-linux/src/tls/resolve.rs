@@ -33,11 +33,29 @@ pub enum Libc {
     Glibc,
     /// musl: DTV entries of 8 bytes, count at `dtv[0]`.
     Musl,
+    /// No C library: a static executable that brings its own start code (and so has
+    /// no DTV).
+    None,
+}
+
+/// Where a C library keeps a thread's dynamic thread vector (DTV) and how it is laid
+/// out: the one description the resolver walks and the eBPF sampler's program is
+/// configured with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DtvLayout {
+    /// The DTV pointer is the word at the thread pointer plus this.
+    pub pointer_at: i64,
+    /// log2 of the size of one entry: `dtv[module_id]` is at `dtv + (module_id << shift)`.
+    pub entry_shift: u32,
+    /// The bound (glibc's capacity, musl's module count) is the word at `dtv` plus
+    /// this; a module id above it has no entry yet.
+    pub bound_at: i64,
 }
 
 impl Libc {
     /// Guesses the C library from the paths of the loaded modules (glibc unless a musl
-    /// loader or libc is mapped; a static binary has no DTV to look up anyway).
+    /// loader or libc is mapped). Static executables map neither: see
+    /// [`of_modules`](Self::of_modules).
     pub fn detect<'a>(paths: impl IntoIterator<Item = &'a str>) -> Self {
         let musl = paths.into_iter().any(|p| {
             let name = p.rsplit('/').next().unwrap_or(p);
@@ -54,12 +72,57 @@ impl Libc {
         }
     }
 
+    /// The C library of a process from its modules: by the paths mapped
+    /// ([`detect`](Self::detect)), and for a static executable (no `PT_INTERP`) by what
+    /// its file says: glibc's start files leave a `NT_GNU_ABI_TAG` note, musl's do not,
+    /// and a program with neither note nor `__libc_start_main` has no C library.
+    pub fn of_modules(modules: &[LoadedModule]) -> Self {
+        if let Some(main) = modules.iter().find(|m| m.is_main) {
+            if !main.elf.has_interpreter && modules.len() == 1 {
+                return if main.elf.gnu_abi_tag {
+                    Self::Glibc
+                } else if main.elf.libc_start {
+                    Self::Musl
+                } else {
+                    Self::None
+                };
+            }
+        }
+        Self::detect(modules.iter().map(|m| m.path.as_str()))
+    }
+
     /// The name used in reports.
     pub const fn name(self) -> &'static str {
         match self {
             Self::Glibc => "glibc",
             Self::Musl => "musl",
+            Self::None => "none",
         }
+    }
+
+    /// The DTV layout of this C library on `machine`; `None` without a C library.
+    pub const fn dtv_layout(self, machine: Machine) -> Option<DtvLayout> {
+        let pointer_at = match (self, machine) {
+            // tcbhead_t { void *tcb; dtv_t *dtv; ... } at the thread pointer; musl's
+            // struct pthread has its dtv pointer in the same place.
+            (Self::Glibc | Self::Musl, Machine::X86_64) => 8,
+            // tcbhead_t { dtv_t *dtv; void *private; } at the thread pointer.
+            (Self::Glibc, Machine::Aarch64) => 0,
+            // struct pthread ends with `uintptr_t *dtv` just below the thread pointer.
+            (Self::Musl, Machine::Aarch64) => -8,
+            (Self::None, _) => return None,
+        };
+        let (entry_shift, bound_at) = match self {
+            // 16-byte entries; dtv[-1] holds the number of entries, dtv[0] the generation.
+            Self::Glibc => (4, -16),
+            // 8-byte entries; dtv[0] holds the number of modules.
+            _ => (3, 0),
+        };
+        Some(DtvLayout {
+            pointer_at,
+            entry_shift,
+            bound_at,
+        })
     }
 }
 
@@ -441,36 +504,30 @@ fn dtv_block(
     module_id: u64,
     mem: &dyn TargetMemory,
 ) -> Result<Option<u64>, TlsError> {
-    let dtv_at = match (libc, machine) {
-        // tcbhead_t { void *tcb; dtv_t *dtv; ... } at the thread pointer.
-        (Libc::Glibc, Machine::X86_64) | (Libc::Musl, Machine::X86_64) => tp.wrapping_add(8),
-        // tcbhead_t { dtv_t *dtv; void *private; } at the thread pointer.
-        (Libc::Glibc, Machine::Aarch64) => tp,
-        // struct pthread ends with `uintptr_t *dtv` just below the thread pointer.
-        (Libc::Musl, Machine::Aarch64) => tp.wrapping_sub(8),
+    let Some(layout) = libc.dtv_layout(machine) else {
+        // No C library, no DTV: the module has no dynamic TLS block.
+        return Ok(None);
     };
+    let dtv_at = tp.wrapping_add(layout.pointer_at as u64);
     let dtv = read_u64(mem, "the thread's DTV pointer", dtv_at)?;
     if dtv == 0 {
         return Ok(None);
     }
-    let block = match libc {
-        Libc::Glibc => {
-            // 16-byte entries; dtv[-1] holds the number of entries, dtv[0] the generation.
-            let capacity = read_u64(mem, "the DTV capacity", dtv.wrapping_sub(16))?;
-            if module_id > capacity {
-                return Ok(None);
-            }
-            read_u64(mem, "a DTV entry", dtv.wrapping_add(16 * module_id))?
-        }
-        Libc::Musl => {
-            // 8-byte entries; dtv[0] holds the number of modules.
-            let count = read_u64(mem, "the DTV length", dtv)?;
-            if module_id > count {
-                return Ok(None);
-            }
-            read_u64(mem, "a DTV entry", dtv.wrapping_add(8 * module_id))?
-        }
+    let bound = read_u64(
+        mem,
+        "the DTV bound",
+        dtv.wrapping_add(layout.bound_at as u64),
+    )?;
+    if module_id > bound {
+        return Ok(None);
+    }
+    let Some(entry_at) = module_id
+        .checked_shl(layout.entry_shift)
+        .map(|at| dtv.wrapping_add(at))
+    else {
+        return Ok(None);
     };
+    let block = read_u64(mem, "a DTV entry", entry_at)?;
     // glibc marks an entry not yet allocated with -1; 0 means never set.
     Ok((block != 0 && block != u64::MAX).then_some(block))
 }
@@ -535,6 +592,9 @@ mod tests {
                 }),
                 relocs,
                 local_dynamic: false,
+                has_interpreter: true,
+                gnu_abi_tag: true,
+                libc_start: false,
             }),
         }
     }
