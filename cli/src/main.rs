@@ -1,8 +1,9 @@
 //! `otel-ctx`: find and read OpenTelemetry process and thread contexts.
 //!
-//! Exit status: 0 on success, 1 on an error (the message on stderr says what to do), 2 on
-//! bad usage. `check` gives 0 when no rule fails, 1 when a rule fails, and 2 when the check
-//! could not be made (no such process, permission denied, bad arguments).
+//! Exit status, the same for every command: 0 when it did its job; 1 when the process
+//! has no valid context or a rule fails; 2 on bad usage or when the process could not be
+//! read (no such process, permission denied). A closed output pipe ends it quietly
+//! (`SIGPIPE`), as it ends other Unix tools.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -14,7 +15,13 @@ mod commands;
 /// Find and read the OpenTelemetry process contexts (OTEP 4719) and thread contexts
 /// (OTEP 4947) that processes on this host publish.
 #[derive(Debug, Parser)]
-#[command(name = "otel-ctx", version)]
+#[command(
+    name = "otel-ctx",
+    version,
+    after_help = "Exit status: 0 done; 1 the process has no valid context, or a rule fails; \
+                  2 bad usage, or the process could not be read (no such process, \
+                  permission denied)."
+)]
 struct Args {
     #[command(subcommand)]
     command: Command,
@@ -55,7 +62,7 @@ enum Command {
         #[arg(long, default_value_t = 99)]
         hz: u32,
         /// How long to sample, such as `10s`; Ctrl-C stops earlier.
-        #[arg(long, default_value = "10s", value_parser = commands::parse_duration)]
+        #[arg(long, default_value = "10s", value_parser = commands::parse_duration, allow_negative_numbers = true)]
         duration: Duration,
         /// The attribute whose values group the samples.
         #[arg(long, default_value = "http.route")]
@@ -77,7 +84,7 @@ enum Command {
     /// Start a demo service that publishes contexts, and watch what a reader sees.
     Demo {
         /// How long to run, such as `10s`, `500ms` or `2m`; Ctrl-C stops earlier.
-        #[arg(long, default_value = "10s", value_parser = commands::parse_duration)]
+        #[arg(long, default_value = "10s", value_parser = commands::parse_duration, allow_negative_numbers = true)]
         duration: Duration,
         /// Sample the service's threads with the eBPF sampler (99 Hz on every CPU, running
         /// threads only) instead of stopping each thread (needs root and a kernel with BTF;
@@ -93,10 +100,10 @@ enum Command {
         #[arg(required_unless_present = "command", conflicts_with = "command")]
         pid: Option<u32>,
         /// With a command: how long to wait for its process context to appear.
-        #[arg(long, default_value = "10s", value_parser = commands::parse_duration)]
+        #[arg(long, default_value = "10s", value_parser = commands::parse_duration, allow_negative_numbers = true)]
         wait: Duration,
         /// How long to watch updates and sample threads; 0 reads once.
-        #[arg(long, default_value = "1s", value_parser = commands::parse_duration)]
+        #[arg(long, default_value = "1s", value_parser = commands::parse_duration, allow_negative_numbers = true)]
         observe: Duration,
         /// Print JSON (format in JSON.md).
         #[arg(long)]
@@ -111,6 +118,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    commands::default_sigpipe();
     let args = Args::parse();
     let result = match args.command {
         Command::Ps { json } => commands::ps::run(json),
@@ -130,32 +138,20 @@ fn main() -> ExitCode {
             ebpf,
         } => commands::watch::run(pid, hz, duration, &by, raw_keys, json, ebpf),
         Command::Demo { duration, ebpf } => commands::demo::run(duration, ebpf),
-        Command::DemoService => commands::demo::service(),
+        Command::DemoService => commands::demo::service().map_err(commands::Failure::Unusable),
         Command::Check {
             pid,
             wait,
             observe,
             json,
             command,
-        } => {
-            return match commands::check::run(pid, &command, wait, observe, json) {
-                Ok(commands::check::Verdict::Passed) => ExitCode::SUCCESS,
-                Ok(commands::check::Verdict::Failed(message)) => {
-                    eprintln!("otel-ctx: {message}");
-                    ExitCode::from(1)
-                }
-                Err(message) => {
-                    eprintln!("otel-ctx: cannot check: {message}");
-                    ExitCode::from(2)
-                }
-            }
-        }
+        } => commands::check::run(pid, &command, wait, observe, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("otel-ctx: {message}");
-            ExitCode::from(1)
+        Err(failure) => {
+            eprintln!("otel-ctx: {failure}");
+            ExitCode::from(failure.exit_code())
         }
     }
 }

@@ -298,7 +298,7 @@ fn exit_statuses_and_usage() {
     let out = run(&["check", "4294967295"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("has exited"),
+        text(&out.stderr).contains("no process has id 4294967295"),
         "{}",
         text(&out.stderr)
     );

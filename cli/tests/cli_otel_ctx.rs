@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -78,8 +78,8 @@ fn ps_lists_a_live_publisher() {
             "SERVICE.NAME",
             "SERVICE.INSTANCE.ID",
             "SERVICE.VERSION",
-            "AGE",
-            "THREADS"
+            "PUBLISHED",
+            "THREAD.SCHEMA"
         ]
     );
     let pid = publisher.pid().to_string();
@@ -93,8 +93,9 @@ fn ps_lists_a_live_publisher() {
     assert_eq!(row[2], "cli-test-service");
     assert_eq!(row[3], INSTANCE_ID);
     assert_eq!(row[4], "2.7.1");
-    assert!(row[5].ends_with('s'), "age {:?}", row[5]);
-    assert_eq!(row[6], "-");
+    assert!(row[5].ends_with('s'), "published {:?}", row[5]);
+    assert_eq!(row[6], "ago");
+    assert_eq!(row[7], "-");
     // Columns are aligned: each header starts where its cells start.
     let header_line = stdout.lines().next().unwrap();
     let row_line = stdout.lines().find(|l| l.starts_with(&pid)).unwrap();
@@ -243,19 +244,73 @@ fn show_a_process_without_context_exits_1() {
     let doc: Value = serde_json::from_slice(&json_out.stdout).unwrap();
     assert_eq!(
         doc,
-        json!({"pid": sleeper.id(), "process_context": null, "thread_context": null, "threads": []})
+        json!({"pid": sleeper.id(), "process_context": null, "thread_context": null,
+               "threads": [], "skipped_modules": []})
     );
 }
 
 #[test]
-fn show_a_gone_process_exits_1() {
-    let out = run(&["show", "4294967295"]);
-    assert_eq!(out.status.code(), Some(1));
+fn a_process_that_cannot_be_read_exits_2() {
+    // Never existed: not "has exited".
+    for command in ["show", "watch", "check"] {
+        let out = run(&[command, "4294967295"]);
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        assert!(
+            text(&out.stderr).contains("no process has id 4294967295"),
+            "{command}: {}",
+            text(&out.stderr)
+        );
+    }
+    // A zombie has exited.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id().to_string();
+    let mut out = run(&["show", &pid]);
+    for _ in 0..100 {
+        if text(&out.stderr).contains("has exited") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        out = run(&["show", &pid]);
+    }
+    child.wait().unwrap();
+    assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("has exited"),
+        text(&out.stderr).contains(&format!("process {pid} has exited")),
         "{}",
         text(&out.stderr)
     );
+}
+
+#[test]
+fn a_closed_output_pipe_ends_quietly() {
+    let service = DemoService::start();
+    let pid = service.pid();
+    for args in [
+        &["show", &pid][..],
+        &["show", &pid, "--json"],
+        &["ps"],
+        &["check", &pid, "--observe", "0"],
+        &["watch", &pid, "--duration", "300ms"],
+    ] {
+        // The reading end is closed before the tool writes: every write fails with EPIPE.
+        let mut child = Command::new(otel_ctx())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+    }
 }
 
 #[test]
@@ -313,8 +368,10 @@ fn permission_denied_names_what_is_needed() {
     let _ = std::fs::remove_dir_all(&dir);
     let out = out.expect("run otel-ctx as uid 65534");
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("permission denied"), "{stderr}");
+    // What refuses, found out: another user's process, without CAP_SYS_PTRACE.
+    assert!(stderr.contains("belongs to another user"), "{stderr}");
     assert!(stderr.contains("CAP_SYS_PTRACE"), "{stderr}");
 }
 
@@ -353,6 +410,45 @@ fn demo_runs_and_stops_its_service() {
         !std::path::Path::new(&format!("/proc/{service_pid}")).exists(),
         "the demo service {service_pid} is still running"
     );
+}
+
+#[test]
+fn a_second_reader_beside_the_demo_waits_for_its_sampler() {
+    // The demo samples its service with ptrace at 99 Hz: each of its samples holds a
+    // thread for a moment, and a second reader's PTRACE_SEIZE meets that tracer.
+    let mut demo = Command::new(otel_ctx())
+        .args(["demo", "--duration", "4s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(demo.stdout.take().unwrap()).lines();
+    let service_pid = lines
+        .find_map(|l| {
+            l.ok()?
+                .strip_prefix("demo service started: pid ")?
+                .split(';')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
+        .expect("the demo's service pid");
+    // Until the demo samples: it opens its sampler once the service has published.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    for _ in 0..10 {
+        let out = run(&["show", &service_pid.to_string()]);
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+        // Never blamed on a missing capability: the reader is root; the demo's sampler
+        // is named when it keeps a thread through the retries.
+        assert!(!stdout.contains("CAP_SYS_PTRACE"), "{stdout}");
+        for line in stdout.lines().filter(|l| l.contains("(unreadable")) {
+            assert!(line.len() < 120, "a reason inside the table: {line}");
+        }
+        for line in stdout.lines().filter(|l| l.trim_start().starts_with("[1]")) {
+            assert!(line.contains("another tracer"), "{line}");
+        }
+    }
+    let _ = demo.wait();
 }
 
 #[test]
@@ -460,5 +556,36 @@ fn watch_counts_samples_per_route() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(stdout.contains("HTTP.REQUEST.METHOD"), "{stdout}");
     assert!(stdout.contains("samples in"), "{stdout}");
-    assert_eq!(run(&["watch", &pid, "--hz", "0"]).status.code(), Some(1));
+    // Bad usage is 2, and says what to do.
+    let zero = run(&["watch", &pid, "--hz", "0"]);
+    assert_eq!(zero.status.code(), Some(2));
+    assert!(text(&zero.stderr).contains("between 1 and 10000"));
+    let negative = run(&["watch", &pid, "--duration", "-1"]);
+    assert_eq!(negative.status.code(), Some(2));
+    let stderr = text(&negative.stderr);
+    assert!(stderr.contains("negative"), "{stderr}");
+    assert!(!stderr.contains("'-- -1'"), "{stderr}");
+    // A grouping key the process does not have is said, with the keys it has.
+    let out = run(&[
+        "watch",
+        &pid,
+        "--duration",
+        "200ms",
+        "--by",
+        "nosuch.key",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "nosuch.key is not in the key map; its keys are: http.route, http.request.method"
+        ),
+        "{stderr}"
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        doc["key_note"].as_str().unwrap().contains("its keys are"),
+        "{doc}"
+    );
 }

@@ -164,7 +164,8 @@ fn without_the_capabilities_ebpf_says_why_and_ptrace_still_works() {
             .expect("run setpriv (util-linux)")
     };
     let out = dropped(&["--ebpf"]);
-    assert_eq!(out.status.code(), Some(1));
+    // The sampler could not start: exit status 2, as for a process that cannot be read.
+    assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains("the eBPF sampler needs root, or CAP_BPF and CAP_PERFMON")
@@ -183,7 +184,7 @@ fn a_build_without_the_feature_says_how_to_get_it() {
         .args(["watch", &std::process::id().to_string(), "--ebpf"])
         .output()
         .expect("run otel-ctx");
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "bad usage for this build");
     let stderr = text(&out.stderr);
     assert!(stderr.contains("--features ebpf"), "{stderr}");
 }
@@ -284,7 +285,7 @@ fn a_build_without_the_feature_refuses_demo_ebpf() {
         .args(["demo", "--ebpf", "--duration", "1s"])
         .output()
         .expect("run otel-ctx");
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "bad usage for this build");
     let stderr = text(&out.stderr);
     assert!(stderr.contains("--features ebpf"), "{stderr}");
 }

@@ -343,9 +343,18 @@ struct Spending {
     remaining: Cell<u64>,
     deadline: Instant,
     exceeded: Cell<Option<Exceeded>>,
+    /// The OS error of the first read that failed (not the end of the file).
+    read_error: Cell<Option<i32>>,
 }
 
 impl Spending {
+    fn failed(&self, e: &io::Error) {
+        if self.read_error.get().is_none() {
+            self.read_error
+                .set(Some(e.raw_os_error().unwrap_or(libc::EIO)));
+        }
+    }
+
     /// Takes `bytes` from the budget, or records that it ran out.
     fn charge(&self, bytes: u64) -> Result<(), ()> {
         if self.exceeded.get().is_some() {
@@ -402,16 +411,23 @@ impl object::ReadCacheOps for Pread {
                     return Ok(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Err(()),
+                Err(e) => {
+                    self.spending.failed(&e);
+                    return Err(());
+                }
             }
         }
     }
 
     fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ()> {
         self.spending.check_time()?;
-        self.file
-            .read_exact_at(buf, self.position)
-            .map_err(|_| ())?;
+        self.file.read_exact_at(buf, self.position).map_err(|e| {
+            // A file shorter than its headers say ends early: that is malformed, not a
+            // failed read.
+            if e.kind() != io::ErrorKind::UnexpectedEof {
+                self.spending.failed(&e);
+            }
+        })?;
         self.position += buf.len() as u64;
         Ok(())
     }
@@ -434,6 +450,7 @@ impl BudgetedFile {
             remaining: Cell::new(budget.max_bytes),
             deadline: Instant::now() + budget.max_time,
             exceeded: Cell::new(None),
+            read_error: Cell::new(None),
         });
         let pread = Pread {
             file,
@@ -459,6 +476,15 @@ impl BudgetedFile {
     /// Which bound the reads ran into, if one did.
     pub fn exceeded(&self) -> Option<Exceeded> {
         self.spending.exceeded.get()
+    }
+
+    /// The error of the first read the kernel failed, if one did: a parse that failed
+    /// then says nothing about the file.
+    pub fn read_error(&self) -> Option<io::Error> {
+        self.spending
+            .read_error
+            .get()
+            .map(io::Error::from_raw_os_error)
     }
 
     /// Bytes read (charged) so far.

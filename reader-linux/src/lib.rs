@@ -73,7 +73,7 @@ pub use stack::{StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
 pub use threads::{
     OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
     ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,
-    KNOWN_SCHEMAS,
+    KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL,
 };
 pub use tls::{
     defining_module, loaded_modules, read_slot, read_slot_into, read_stopped, resolve, resolve_for,

@@ -27,6 +27,10 @@ pub const DEFAULT_MAX_RECORD_SIZE: usize = RECORD_HEADER_SIZE + u16::MAX as usiz
 /// record of OTEP 4947, under its development name and its announced final name.
 pub const KNOWN_SCHEMAS: [&str; 2] = [SCHEMA_TLSDESC_V1_DEV, SCHEMA_TLS_V1];
 
+/// How often, at most, [`ThreadReader::read_all`] lists the modules again because a
+/// thread's slot could not be computed.
+pub const MODULE_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How often, at most, a sample whose key index lies past the key map makes a reader
 /// that has found no process context look for one again.
 pub const CONTEXT_SEARCH_INTERVAL: Duration = Duration::from_millis(100);
@@ -77,6 +81,12 @@ impl ThreadReaderOptions {
 pub enum ThreadError {
     /// The process cannot be inspected (gone, permission denied, ...).
     Process(Error),
+    /// No module the reader could analyse defines `otel_thread_ctx_v1`.
+    NotExported {
+        /// The executable mappings left out of the analysis: one of them may be the
+        /// module that defines it.
+        skipped: Vec<SkippedModule>,
+    },
     /// `otel_thread_ctx_v1` cannot be located.
     Tls(TlsError),
     /// The process context announces no thread-context schema this reader knows.
@@ -92,6 +102,24 @@ impl fmt::Display for ThreadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Process(e) => e.fmt(f),
+            Self::NotExported { skipped } if skipped.is_empty() => f.write_str(
+                "no module exports otel_thread_ctx_v1: the process publishes no thread contexts",
+            ),
+            Self::NotExported { skipped } => write!(
+                f,
+                "no module the reader could analyse exports otel_thread_ctx_v1, and {} \
+                 could not be analysed: {}",
+                if skipped.len() == 1 {
+                    "one module".to_owned()
+                } else {
+                    format!("{} modules", skipped.len())
+                },
+                skipped
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
             Self::Tls(e) => e.fmt(f),
             Self::Schema { pid, seen: None } => write!(
                 f,
@@ -167,6 +195,8 @@ pub struct ThreadReader {
     cache: ElfCache,
     modules: Vec<(String, u64)>,
     skipped: Vec<SkippedModule>,
+    /// When the modules were last listed.
+    modules_read_at: Instant,
     resolution: Resolution,
     context: Option<ProcessContextReader>,
     context_published_at: u64,
@@ -210,13 +240,21 @@ impl ThreadReader {
         let mut cache = ElfCache::new();
         let memory = ProcessMemory::new(pid, ReadMethod::Auto);
         let modules = loaded_modules(maps, &mut cache);
-        let resolution = Self::resolve(&modules.loaded, &memory)?;
+        let resolution = match Self::resolve(&modules.loaded, &memory) {
+            Err(ThreadError::Tls(TlsError::SymbolNotFound)) => {
+                return Err(ThreadError::NotExported {
+                    skipped: modules.skipped,
+                })
+            }
+            other => other?,
+        };
         let mut reader = Self {
             pid,
             memory,
             cache,
             modules: module_list(&modules.loaded),
             skipped: modules.skipped,
+            modules_read_at: Instant::now(),
             resolution,
             context: ProcessContextReader::from_maps(maps, ReaderOptions::default()).ok(),
             context_published_at: 0,
@@ -227,7 +265,14 @@ impl ThreadReader {
             max_record_size: options.max_record_size.max(RECORD_HEADER_SIZE),
             scratch: RecordBuffer::new(),
         };
-        reader.refresh_key_map();
+        // A process that updates its context all the time can be caught mid-update by
+        // every attempt of one read: a few reads before concluding.
+        for _ in 0..3 {
+            reader.refresh_key_map();
+            if !matches!(reader.context_error, Some(Error::StillUpdating { .. })) {
+                break;
+            }
+        }
         if options.require_known_schema {
             let known = reader
                 .schema_version
@@ -254,7 +299,10 @@ impl ThreadReader {
 
     fn read_maps(pid: u32) -> Result<ProcessMaps, ThreadError> {
         ProcessMaps::read(pid).map_err(|e| {
-            ThreadError::Process(Error::from_io(pid, format!("read /proc/{pid}/maps"), e))
+            ThreadError::Process(match e.kind() {
+                std::io::ErrorKind::NotFound => Error::gone(pid),
+                _ => Error::from_io(pid, format!("read /proc/{pid}/maps"), e),
+            })
         })
     }
 
@@ -301,6 +349,7 @@ impl ThreadReader {
     /// unloaded). Returns whether they changed. Reads `/proc/<pid>/maps`: call it on
     /// evidence (a slot that cannot be computed, a new module announced), not per sample.
     pub fn refresh_modules(&mut self) -> Result<bool, ThreadError> {
+        self.modules_read_at = Instant::now();
         let maps = Self::read_maps(self.pid)?;
         let modules = loaded_modules(&maps, &mut self.cache);
         let list = module_list(&modules.loaded);
@@ -526,18 +575,18 @@ impl ThreadReader {
     }
 
     /// Reads every thread. Threads that exit meanwhile are left out. When a thread's
-    /// slot cannot be computed, the modules are re-read once (a library may have been
-    /// unloaded) before its error is reported.
+    /// slot cannot be computed, the modules are re-read (a library may have been
+    /// unloaded) before its error is reported: at most once per
+    /// [`MODULE_REFRESH_INTERVAL`], since reading the maps takes the target's mmap lock.
     pub fn read_all(&mut self) -> Result<Vec<ThreadReport>, Error> {
         let mut reports = Vec::new();
-        let mut refreshed = false;
         for tid in self.tids()? {
             let mut context = self.read_thread(tid);
-            if matches!(context, Err(SampleError::Tls(_))) && !refreshed {
-                refreshed = true;
-                if self.refresh_modules().is_ok() {
-                    context = self.read_thread(tid);
-                }
+            if matches!(context, Err(SampleError::Tls(_)))
+                && self.modules_read_at.elapsed() >= MODULE_REFRESH_INTERVAL
+                && self.refresh_modules().is_ok()
+            {
+                context = self.read_thread(tid);
             }
             if matches!(context, Err(SampleError::Ptrace(PtraceError::Gone))) {
                 continue;

@@ -12,7 +12,7 @@ use otel_ctx_reader::Error;
 
 use serde::Serialize;
 
-use super::json;
+use super::{json, out, Failure};
 
 /// How long a started program has to exit once its stdin is closed.
 const STDIN_GRACE: Duration = Duration::from_secs(1);
@@ -128,25 +128,46 @@ impl Drop for Program {
     }
 }
 
-/// What a check came to, for the exit status.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// No rule failed (exit status 0).
-    Passed,
-    /// At least one rule failed (exit status 1); the message says how many.
-    Failed(String),
-}
-
-/// Runs `check`: on `pid`, or on `command` started here and stopped afterwards. Returns
-/// the verdict, or an error (exit status 2) when the check could not be made: no such
-/// process, permission denied, a command that would not start or ended too early.
+/// Runs `check`: on `pid`, or on `command` started here and stopped afterwards. A rule
+/// that fails is a [`Failure::Finding`] (exit status 1); a check that could not be made
+/// (no such process, permission denied, a command that would not start or ended too
+/// early) is [`Failure::Unusable`] (exit status 2).
 pub fn run(
     pid: Option<u32>,
     command: &[String],
     wait: Duration,
     observe: Duration,
     as_json: bool,
-) -> Result<Verdict, String> {
+) -> Result<(), Failure> {
+    let (report, program) = make(pid, command, wait, observe)
+        .map_err(|e| Failure::Unusable(format!("cannot check: {e}")))?;
+    if as_json {
+        json::print(&document(&report, program.as_ref()))?;
+    } else {
+        out(&text(&report, program.as_ref()))?;
+    }
+    let failed = report.count(Status::Fail);
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(Failure::Finding(format!(
+            "{failed} of {} rules FAIL for process {}",
+            report.results.len(),
+            report.pid
+        )))
+    }
+}
+
+/// The report of a check, and the program it started, if any.
+type Made = (Report, Option<(Vec<String>, Stopped)>);
+
+/// Makes the check: of `pid`, or of `command` started for it.
+fn make(
+    pid: Option<u32>,
+    command: &[String],
+    wait: Duration,
+    observe: Duration,
+) -> Result<Made, String> {
     let options = CheckOptions {
         observe,
         ..CheckOptions::default()
@@ -164,21 +185,7 @@ pub fn run(
             (report, Some((program.argv.clone(), stopped)))
         }
     };
-    if as_json {
-        json::print(&document(&report, program.as_ref()))?;
-    } else {
-        print!("{}", text(&report, program.as_ref()));
-    }
-    let failed = report.count(Status::Fail);
-    Ok(if failed == 0 {
-        Verdict::Passed
-    } else {
-        Verdict::Failed(format!(
-            "{failed} of {} rules FAIL for process {}",
-            report.results.len(),
-            report.pid
-        ))
-    })
+    Ok((report, program))
 }
 
 /// Waits for the program's process context, then checks it.
@@ -250,6 +257,9 @@ fn text(report: &Report, program: Option<&(Vec<String>, Stopped)>) -> String {
         report.count(Status::Fail),
         report.count(Status::Skip)
     );
+    for skipped in &report.skipped_modules {
+        let _ = writeln!(out, "skipped {skipped}");
+    }
     if let Some((argv, stopped)) = program {
         let how = match stopped.how {
             "stdin_closed" => "exited when its stdin was closed",
@@ -278,6 +288,7 @@ struct Document<'a> {
     passed: bool,
     summary: Summary,
     results: Vec<RuleJson<'a>>,
+    skipped_modules: &'a [String],
 }
 
 /// The program `check` started and stopped.
@@ -337,6 +348,7 @@ fn document<'a>(report: &'a Report, program: Option<&'a (Vec<String>, Stopped)>)
                 observed: &r.observed,
             })
             .collect(),
+        skipped_modules: &report.skipped_modules,
     }
 }
 
@@ -393,7 +405,7 @@ mod tests {
             "{\"pid\":42,\"comm\":\"app \\\"x\\\"\",\"command\":{\"argv\":[\"./app\"],\"stopped\":\"sigterm\",\"exit_code\":null,\"signal\":null},\"observed_ms\":1500,\"passed\":false,\"summary\":{\"pass\":1,\"warn\":0,\"fail\":1,\"skip\":0},\"results\":[{\"id\":\"pc.found\",\"status\":\"pass\""
         ), "{doc}");
         assert!(
-            doc.contains("\"observed\":\"3: readers\\nrequire 2\"}]}"),
+            doc.contains("\"observed\":\"3: readers\\nrequire 2\"}],\"skipped_modules\":[]}"),
             "{doc}"
         );
     }
@@ -405,6 +417,7 @@ mod tests {
         let mut expected = vec!["pid", "comm", "command", "observed_ms", "passed", "summary"];
         expected.extend(["pass", "warn", "fail", "skip", "results"]);
         expected.append(&mut rule_keys);
+        expected.push("skipped_modules");
 
         let with_pid = serde_json::to_string(&document(&report, None)).unwrap();
         assert_eq!(json::keys(&with_pid), expected);

@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -27,7 +27,7 @@ use otel_ctx_reader::{
 };
 
 use super::watch::{Sampler, Screen};
-use super::{catch_sigint, text, INTERRUPTED};
+use super::{catch_sigint, out, text, Failure, INTERRUPTED};
 
 /// How often the viewer polls the timestamp.
 const POLL: Duration = Duration::from_millis(100);
@@ -40,27 +40,27 @@ const HISTORY: usize = 8;
 
 /// Runs the viewer: starts the service, shows what a reader sees, stops the service.
 /// With `ebpf`, the threads are sampled by the eBPF sampler instead of ptrace stops.
-pub fn run(duration: Duration, ebpf: bool) -> Result<(), String> {
+pub fn run(duration: Duration, ebpf: bool) -> Result<(), Failure> {
     #[cfg(not(feature = "ebpf"))]
     if ebpf {
-        return Err(super::watch::NO_EBPF.to_owned());
+        return Err(Failure::usage(super::watch::NO_EBPF));
     }
-    catch_sigint()?;
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    catch_sigint().map_err(Failure::Unusable)?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::Unusable(format!("cannot find this program: {e}")))?;
     let child = Command::new(exe)
         .arg("demo-service")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("cannot start the demo service: {e}"))?;
+        .map_err(|e| Failure::Unusable(format!("cannot start the demo service: {e}")))?;
     let mut service = Service { child };
     let result = watch(service.child.id(), duration, ebpf);
     let status = service.stop();
     result?;
-    let status = status?;
-    println!("demo service stopped ({status})");
-    Ok(())
+    let status = status.map_err(Failure::Unusable)?;
+    out(&format!("demo service stopped ({status})\n"))
 }
 
 /// The running service; dropping it stops it.
@@ -118,7 +118,7 @@ struct View {
 const HZ: u32 = 99;
 
 /// Opens the thread sampler of the service, by ptrace or (`ebpf`) by the eBPF sampler.
-fn open_sampler(pid: u32, ebpf: bool) -> Result<Sampler, String> {
+fn open_sampler(pid: u32, ebpf: bool) -> Result<Sampler, Failure> {
     #[cfg(feature = "ebpf")]
     if ebpf {
         return Sampler::open_ebpf(pid, "http.route", false, HZ);
@@ -128,8 +128,8 @@ fn open_sampler(pid: u32, ebpf: bool) -> Result<Sampler, String> {
     Sampler::open(pid, "http.route", false)
 }
 
-fn watch(pid: u32, duration: Duration, ebpf: bool) -> Result<(), String> {
-    let mut reader = ProcessContextReader::open(pid).map_err(|e| e.to_string())?;
+fn watch(pid: u32, duration: Duration, ebpf: bool) -> Result<(), Failure> {
+    let mut reader = ProcessContextReader::open(pid)?;
     let mut view = View {
         pid,
         comm: String::new(),
@@ -143,7 +143,9 @@ fn watch(pid: u32, duration: Duration, ebpf: bool) -> Result<(), String> {
         sampler: None,
     };
     if !view.tty {
-        println!("demo service started: pid {pid}; reading its process context every {POLL:?}");
+        out(&format!(
+            "demo service started: pid {pid}; reading its process context every {POLL:?}\n"
+        ))?;
     }
     let mut last_poll: Option<Instant> = None;
     while !INTERRUPTED.load(Ordering::Relaxed) && view.started.elapsed() < duration {
@@ -154,12 +156,12 @@ fn watch(pid: u32, duration: Duration, ebpf: bool) -> Result<(), String> {
                 .as_ref()
                 .map_or(0, |s| s.monotonic_published_at_ns);
             match reader.read_if_changed(last) {
-                Ok(Some(snapshot)) => view.publish(snapshot),
+                Ok(Some(snapshot)) => view.publish(snapshot)?,
                 Ok(None) => {}
                 // Not published yet, or caught mid-update: the next poll tells.
                 Err(Error::NoContext { .. } | Error::StillUpdating { .. })
                     if view.current.is_some() || view.started.elapsed() < STARTUP => {}
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
             if view.sampler.is_none() && view.current.is_some() {
                 view.sampler = Some(open_sampler(pid, ebpf)?);
@@ -171,10 +173,10 @@ fn watch(pid: u32, duration: Duration, ebpf: bool) -> Result<(), String> {
         match view.sampler.as_mut() {
             // The eBPF sampler waits for its own samples, up to one sampling period.
             Some(sampler) if sampler.is_ebpf() => {
-                sampler.step(SAMPLE).map_err(|e| e.to_string())?;
+                sampler.step(SAMPLE)?;
             }
             Some(sampler) => {
-                sampler.round().map_err(|e| e.to_string())?;
+                sampler.round()?;
                 thread::sleep(SAMPLE);
             }
             None => thread::sleep(SAMPLE),
@@ -189,20 +191,20 @@ fn watch(pid: u32, duration: Duration, ebpf: bool) -> Result<(), String> {
         "time is up"
     };
     if let (false, Some(sampler)) = (view.tty, &view.sampler) {
-        println!(
+        out(&format!(
             "thread samples per http.route, as a profiler reading otel_thread_ctx_v1 sees them \
-             ({})",
-            sampler.how(pid, HZ)
-        );
-        print!("{}", sampler.table());
+             ({})\n{}{}",
+            sampler.how(pid, HZ),
+            sampler.table(),
+            sampler.unreadable_lines()
+        ))?;
     }
-    println!(
-        "{why} after {}: saw {} publications of the process context, took {} thread samples",
+    out(&format!(
+        "{why} after {}: saw {} publications of the process context, took {} thread samples\n",
         text::duration(view.started.elapsed().as_nanos() as u64),
         view.publications,
         view.sampler.as_ref().map_or(0, Sampler::samples)
-    );
-    Ok(())
+    ))
 }
 
 /// Keys whose values differ between two attribute lists, with the new values (the last
@@ -239,7 +241,7 @@ impl View {
         format!("+{:.1}s", self.started.elapsed().as_secs_f64())
     }
 
-    fn publish(&mut self, snapshot: Snapshot) {
+    fn publish(&mut self, snapshot: Snapshot) -> Result<(), Failure> {
         self.publications += 1;
         if self.comm.is_empty() {
             self.comm = comm(self.pid).unwrap_or_default();
@@ -272,17 +274,20 @@ impl View {
             }
         };
         if !self.tty {
+            let mut text = String::new();
             if self.current.is_none() {
-                print!("{}", text::snapshot(&snapshot, &self.comm, boottime_ns()));
+                text.push_str(&text::snapshot(&snapshot, &self.comm, boottime_ns()));
             }
-            println!("{line}");
-            let _ = std::io::stdout().flush();
+            text.push_str(&line);
+            text.push('\n');
+            out(&text)?;
         }
         self.history.push_back(line);
         if self.history.len() > HISTORY {
             self.history.pop_front();
         }
         self.current = Some(snapshot);
+        Ok(())
     }
 
     /// Redraws the view in place: moves the cursor up over the last drawing and clears
@@ -314,6 +319,7 @@ impl View {
                 sampler.heading()
             );
             out.push_str(&sampler.table());
+            out.push_str(&sampler.unreadable_lines());
         }
         self.screen.draw(&out);
     }

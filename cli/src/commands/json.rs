@@ -2,18 +2,16 @@
 //! fields in the order `cli/JSON.md` documents, so that the output keeps that order.
 //! Attribute lists keep wire order too, which is why they have their own [`Serialize`].
 
-use std::io::Write as _;
-
 use otel_ctx_reader::{OwnedKeyValue, OwnedValue, Snapshot};
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 /// Writes `document` to stdout as compact JSON on one line.
-pub fn print(document: &impl Serialize) -> Result<(), String> {
-    let mut stdout = std::io::stdout().lock();
-    serde_json::to_writer(&mut stdout, document)
-        .map_err(|e| format!("cannot write the JSON document to stdout: {e}"))?;
-    writeln!(stdout).map_err(|e| format!("cannot write the JSON document to stdout: {e}"))
+pub fn print(document: &impl Serialize) -> Result<(), super::Failure> {
+    let mut text = serde_json::to_string(document)
+        .map_err(|e| super::Failure::Unusable(format!("cannot write the JSON document: {e}")))?;
+    text.push('\n');
+    super::out(&text)
 }
 
 /// Standard base64 with padding (RFC 4648, section 4).

@@ -1,7 +1,11 @@
 //! The subcommands of `otel-ctx` and their output.
 
+use std::fmt;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use otel_ctx_reader::{Error, ThreadError};
 
 pub mod check;
 pub mod demo;
@@ -11,6 +15,85 @@ pub mod show;
 pub mod text;
 pub mod threads;
 pub mod watch;
+
+/// Why a command did not do its job, and so its exit status: one scheme for every
+/// command (0 when it did).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Exit status 1: the process has no valid context, or a rule fails.
+    Finding(String),
+    /// Exit status 2: bad usage, or the process could not be read (no such process,
+    /// permission denied).
+    Unusable(String),
+}
+
+impl Failure {
+    /// The exit status.
+    pub const fn exit_code(&self) -> u8 {
+        match self {
+            Self::Finding(_) => 1,
+            Self::Unusable(_) => 2,
+        }
+    }
+
+    /// Bad usage (exit status 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::Unusable(message.into())
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Finding(message) | Self::Unusable(message) => f.write_str(message),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    /// What the process publishes is a finding (1); not being able to look is not (2).
+    fn from(e: Error) -> Self {
+        match e {
+            Error::NoContext { .. } | Error::Malformed { .. } | Error::StillUpdating { .. } => {
+                Self::Finding(e.to_string())
+            }
+            _ => Self::Unusable(e.to_string()),
+        }
+    }
+}
+
+impl From<ThreadError> for Failure {
+    fn from(e: ThreadError) -> Self {
+        match e {
+            ThreadError::Process(e) => e.into(),
+            ThreadError::NotExported { .. } | ThreadError::Schema { .. } => {
+                Self::Finding(e.to_string())
+            }
+            e => Self::Unusable(e.to_string()),
+        }
+    }
+}
+
+/// Writes `text` to standard output. A closed pipe ends the program by `SIGPIPE`
+/// (see [`default_sigpipe`]), so an error here is another failure of the output.
+pub fn out(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| Failure::Unusable(format!("cannot write to standard output: {e}")))
+}
+
+/// Restores the default action of `SIGPIPE`, which the Rust runtime ignores: a write
+/// to a closed pipe (`otel-ctx show 1 | head -1`) then ends the program quietly, as it
+/// ends other Unix tools, instead of failing every later write.
+pub fn default_sigpipe() {
+    // SAFETY: `signal` with SIG_DFL installs no handler of ours; nothing else in this
+    // program changes SIGPIPE's disposition, and it runs before any other thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
 
 /// Set by the Ctrl-C handler of the live views.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -42,6 +125,11 @@ pub fn catch_sigint() -> Result<(), String> {
 /// Parses `10s`, `500ms`, `2m`, `1h` or a bare number of seconds.
 pub fn parse_duration(arg: &str) -> Result<Duration, String> {
     let arg = arg.trim();
+    if arg.starts_with('-') {
+        return Err(format!(
+            "{arg:?} is negative: give a duration such as 10s, 500ms or 2m"
+        ));
+    }
     let split = arg
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(arg.len());
@@ -76,5 +164,6 @@ mod tests {
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("").is_err());
+        assert!(parse_duration("-1").unwrap_err().contains("negative"));
     }
 }

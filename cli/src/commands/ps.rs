@@ -2,10 +2,10 @@
 
 use std::fmt::Write as _;
 
-use otel_ctx_reader::{boottime_ns, scan, Scan, ScanEntry, Snapshot};
+use otel_ctx_reader::{boottime_ns, comm, diagnose, scan, Scan, ScanEntry, Snapshot};
 use serde::Serialize;
 
-use super::{json, text};
+use super::{json, out, text, Failure};
 
 /// The thread-context schema a process announces, if any.
 fn schema(s: &Snapshot) -> Option<&str> {
@@ -14,25 +14,38 @@ fn schema(s: &Snapshot) -> Option<&str> {
         .and_then(|tl| tl.schema_version.as_deref())
 }
 
-/// Runs `ps`.
-pub fn run(as_json: bool) -> Result<(), String> {
-    let result = scan().map_err(|e| format!("cannot list /proc: {e}"))?;
+/// Runs `ps`. Processes whose maps the kernel would not show are listed on stderr with
+/// what refused them; they do not change the exit status.
+pub fn run(as_json: bool) -> Result<(), Failure> {
+    let result = scan().map_err(|e| Failure::Unusable(format!("cannot list /proc: {e}")))?;
     let now = boottime_ns();
     if as_json {
         json::print(&to_json(&result, now))?;
     } else {
-        print!("{}", to_text(&result, now));
+        out(&to_text(&result, now))?;
     }
-    match result.denied.len() {
-        0 => {}
-        n => eprintln!(
-            "otel-ctx: {n} {} could not be checked (permission denied reading /proc/<pid>/maps); \
-             run as root or with CAP_SYS_PTRACE to see {}",
-            if n == 1 { "process" } else { "processes" },
-            if n == 1 { "it" } else { "them" },
-        ),
+    if !result.denied.is_empty() {
+        eprint!("{}", denied_text(&result.denied));
     }
     Ok(())
+}
+
+/// The note on processes the kernel would not let this reader look at: each with what
+/// refused it.
+fn denied_text(denied: &[u32]) -> String {
+    let mut note = format!(
+        "otel-ctx: {} could not be checked (the kernel refused to show its maps):\n",
+        if denied.len() == 1 {
+            "1 process".to_owned()
+        } else {
+            format!("{} processes", denied.len())
+        }
+    );
+    for &pid in denied {
+        let name = comm(pid).unwrap_or_default();
+        let _ = writeln!(note, "  {pid} ({name}): {}", diagnose(pid));
+    }
+    note
 }
 
 fn to_text(result: &Scan, now: u64) -> String {
@@ -43,8 +56,8 @@ fn to_text(result: &Scan, now: u64) -> String {
         "SERVICE.NAME",
         "SERVICE.INSTANCE.ID",
         "SERVICE.VERSION",
-        "AGE",
-        "THREADS",
+        "PUBLISHED",
+        "THREAD.SCHEMA",
     ]
     .map(str::to_owned)
     .to_vec()];
@@ -59,7 +72,7 @@ fn to_text(result: &Scan, now: u64) -> String {
                     ctx.service_name().map_or_else(dash, text::shorten),
                     ctx.service_instance_id().map_or_else(dash, text::shorten),
                     ctx.service_version().map_or_else(dash, text::shorten),
-                    text::duration(s.age_ns(now)),
+                    format!("{} ago", text::duration(s.age_ns(now))),
                     schema(s).map_or_else(dash, str::to_owned),
                 ]
             }

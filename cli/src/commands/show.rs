@@ -1,57 +1,68 @@
 //! `otel-ctx show <pid>`: one process's whole context.
 
-use otel_ctx_reader::{boottime_ns, comm, Error, ProcessContextReader, Snapshot};
+use otel_ctx_reader::{
+    boottime_ns, comm, is_gone, Error, ProcessContextReader, ProcessMaps, ReaderOptions, Snapshot,
+};
 use serde::Serialize;
 
 use super::threads::{self, Threads};
-use super::{json, text};
+use super::{json, out, text, Failure};
 
-/// The threads of `pid`: stopped and read one by one (ptrace), or with `ebpf`, sampled
-/// while they run.
-fn read_threads(pid: u32, raw_keys: bool, ebpf: bool) -> Result<Threads, String> {
+/// The threads of the process of `maps`: stopped and read one by one (ptrace), or with
+/// `ebpf`, sampled while they run.
+fn read_threads(maps: &ProcessMaps, raw_keys: bool, ebpf: bool) -> Result<Threads, Failure> {
     if !ebpf {
-        return Ok(threads::read(pid, raw_keys));
+        return Ok(threads::read(maps, raw_keys));
     }
     #[cfg(feature = "ebpf")]
-    return threads::read_ebpf(pid, raw_keys);
+    return threads::read_ebpf(maps, raw_keys);
     #[cfg(not(feature = "ebpf"))]
-    Err(super::watch::NO_EBPF.to_owned())
+    Err(Failure::usage(super::watch::NO_EBPF))
 }
 
-/// Runs `show`. A process that publishes no context is an error (exit status 1); with
-/// `--json` the document still goes to stdout, with `"process_context": null`. `ebpf`
-/// takes the threads' contexts from the eBPF sampler: only threads that ran during its
-/// window are listed.
-pub fn run(pid: u32, as_json: bool, raw_keys: bool, ebpf: bool) -> Result<(), String> {
-    let read = ProcessContextReader::open(pid).and_then(|mut reader| reader.read());
-    let snapshot = match read {
-        Ok(snapshot) => Some(snapshot),
-        Err(e @ Error::NoContext { .. }) => {
-            if as_json {
-                json::print(&document(pid, None, &read_threads(pid, raw_keys, ebpf)?))?;
-            }
-            return Err(e.to_string());
-        }
-        Err(e) => return Err(e.to_string()),
+/// One pass over the maps of `pid`, for both the process context and the modules.
+pub fn read_maps(pid: u32) -> Result<ProcessMaps, Failure> {
+    if is_gone(pid) {
+        return Err(Error::gone(pid).into());
+    }
+    ProcessMaps::read(pid)
+        .map_err(|e| Error::from_io(pid, format!("read /proc/{pid}/maps"), e).into())
+}
+
+/// Runs `show`. A process that publishes no valid context is a finding (exit status 1);
+/// with `--json` the document still goes to stdout, with `"process_context": null`.
+/// `ebpf` takes the threads' contexts from the eBPF sampler: only threads that ran
+/// during its window are listed.
+pub fn run(pid: u32, as_json: bool, raw_keys: bool, ebpf: bool) -> Result<(), Failure> {
+    let maps = read_maps(pid)?;
+    let read = ProcessContextReader::from_maps(&maps, ReaderOptions::default())
+        .and_then(|mut reader| reader.read());
+    let (snapshot, finding) = match read {
+        Ok(snapshot) => (Some(snapshot), None),
+        Err(
+            e @ (Error::NoContext { .. } | Error::Malformed { .. } | Error::StillUpdating { .. }),
+        ) => (None, Some(Failure::from(e))),
+        Err(e) => return Err(e.into()),
     };
-    let threads = read_threads(pid, raw_keys, ebpf)?;
+    let threads = read_threads(&maps, raw_keys, ebpf)?;
     if as_json {
         json::print(&document(pid, snapshot.as_ref(), &threads))?;
     } else if let Some(s) = &snapshot {
         let name = comm(pid).unwrap_or_default();
-        print!("{}", text::snapshot(s, &name, boottime_ns()));
-        println!();
-        print!("{}", threads::text(&threads));
+        let mut text = text::snapshot(s, &name, boottime_ns());
+        text.push('\n');
+        text.push_str(&threads::text(&threads));
         #[cfg(feature = "ebpf")]
         if ebpf {
-            println!(
+            text.push_str(&format!(
                 "(eBPF: the threads that ran during {} ms, each as last sampled; threads that \
-                 did not run are not listed)",
+                 did not run are not listed)\n",
                 threads::EBPF_WINDOW.as_millis()
-            );
+            ));
         }
+        out(&text)?;
     }
-    Ok(())
+    finding.map_or(Ok(()), Err)
 }
 
 /// The document of `show --json`: `{"pid": N, "process_context": null | {...},
@@ -62,15 +73,17 @@ struct Document<'a> {
     process_context: Option<json::ProcessContext<'a>>,
     thread_context: Option<threads::SlotJson<'a>>,
     threads: Vec<threads::ThreadJson<'a>>,
+    skipped_modules: Vec<threads::SkippedJson>,
 }
 
-fn document<'a>(pid: u32, snapshot: Option<&'a Snapshot>, threads: &'a Threads) -> Document<'a> {
-    let (thread_context, threads) = threads::json(threads);
+fn document<'a>(pid: u32, snapshot: Option<&'a Snapshot>, read: &'a Threads) -> Document<'a> {
+    let (thread_context, threads) = threads::json(read);
     Document {
         pid,
         process_context: snapshot.map(json::ProcessContext::new),
         thread_context,
         threads,
+        skipped_modules: threads::skipped_json(read),
     }
 }
 
@@ -81,10 +94,13 @@ mod tests {
 
     #[test]
     fn no_context_shape() {
-        let out = serde_json::to_string(&document(7, None, &Threads::NotPublished)).unwrap();
+        let none = Threads::NotPublished {
+            skipped: Vec::new(),
+        };
+        let out = serde_json::to_string(&document(7, None, &none)).unwrap();
         assert_eq!(
             out,
-            r#"{"pid":7,"process_context":null,"thread_context":null,"threads":[]}"#
+            r#"{"pid":7,"process_context":null,"thread_context":null,"threads":[],"skipped_modules":[]}"#
         );
     }
 
@@ -112,6 +128,7 @@ mod tests {
             }),
             thread_context,
             threads,
+            skipped_modules: Vec::new(),
         };
         let out = serde_json::to_string(&doc).unwrap();
         assert_eq!(
@@ -130,6 +147,7 @@ mod tests {
                 "thread_context",
                 "error",
                 "threads",
+                "skipped_modules",
             ]
         );
         let back: serde_json::Value = serde_json::from_str(&out).unwrap();

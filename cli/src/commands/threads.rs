@@ -4,10 +4,12 @@ use std::fmt::Write as _;
 
 use otel_ctx_codec::attrs::{ResolvedAttrs, MAX_KEYS};
 use otel_ctx_reader::{OwnedThreadContext, ThreadError, ThreadReader, ThreadReport};
-use otel_ctx_reader::{SymbolTable, ThreadReaderOptions, TlsError};
+use otel_ctx_reader::{ProcessMaps, SkippedModule, SymbolTable, ThreadReaderOptions};
 
 use serde::Serialize;
 
+#[cfg(feature = "ebpf")]
+use super::Failure;
 use super::{json, text};
 
 /// Lowercase hex of `bytes`.
@@ -20,8 +22,11 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// What `show` learned of a process's threads.
 pub enum Threads {
-    /// No module exports `otel_thread_ctx_v1`.
-    NotPublished,
+    /// No module (of those that could be analysed) exports `otel_thread_ctx_v1`.
+    NotPublished {
+        /// The executable mappings left out of the analysis.
+        skipped: Vec<SkippedModule>,
+    },
     /// The slot could not be located, or the threads could not be listed.
     Failed(String),
     /// Every thread, read through `reader`.
@@ -33,13 +38,24 @@ pub enum Threads {
     },
 }
 
-/// Opens the thread reader of `pid`. By default it reads only a process whose context
-/// announces a thread-context schema the reader knows, and names attributes through the
-/// key map, ignoring entries outside it (OTEP 4947). `raw_keys` (`--raw-keys`) reads the
-/// slot whatever the process context says.
-pub fn open(pid: u32, raw_keys: bool) -> Result<ThreadReader, ThreadError> {
-    ThreadReader::with_options(
-        pid,
+impl Threads {
+    /// The executable mappings whose files were left out, and why.
+    pub fn skipped(&self) -> &[SkippedModule] {
+        match self {
+            Self::NotPublished { skipped } => skipped,
+            Self::Read { reader, .. } => reader.skipped_modules(),
+            Self::Failed(_) => &[],
+        }
+    }
+}
+
+/// Opens the thread reader of the process of `maps`. By default it reads only a process
+/// whose context announces a thread-context schema the reader knows, and names
+/// attributes through the key map, ignoring entries outside it (OTEP 4947). `raw_keys`
+/// (`--raw-keys`) reads the slot whatever the process context says.
+pub fn open(maps: &ProcessMaps, raw_keys: bool) -> Result<ThreadReader, ThreadError> {
+    ThreadReader::from_maps(
+        maps,
         ThreadReaderOptions::default().with_require_known_schema(!raw_keys),
     )
 }
@@ -58,21 +74,33 @@ pub fn name_raw_keys(context: &mut OwnedThreadContext) {
         .collect();
 }
 
-/// Reads every thread of `pid` (`raw_keys` as in [`open`]).
-pub fn read(pid: u32, raw_keys: bool) -> Threads {
-    let mut reader = match open(pid, raw_keys) {
+fn name_all_raw(reports: &mut [ThreadReport]) {
+    for report in reports {
+        if let Ok(Some(context)) = &mut report.context {
+            name_raw_keys(context);
+        }
+    }
+}
+
+/// The reader, or what `show` says instead of the threads.
+fn open_or_say(maps: &ProcessMaps, raw_keys: bool) -> Result<ThreadReader, Threads> {
+    match open(maps, raw_keys) {
+        Ok(reader) => Ok(reader),
+        Err(ThreadError::NotExported { skipped }) => Err(Threads::NotPublished { skipped }),
+        Err(e) => Err(Threads::Failed(e.to_string())),
+    }
+}
+
+/// Reads every thread of the process of `maps` (`raw_keys` as in [`open`]).
+pub fn read(maps: &ProcessMaps, raw_keys: bool) -> Threads {
+    let mut reader = match open_or_say(maps, raw_keys) {
         Ok(reader) => reader,
-        Err(ThreadError::Tls(TlsError::SymbolNotFound)) => return Threads::NotPublished,
-        Err(e) => return Threads::Failed(e.to_string()),
+        Err(said) => return said,
     };
     match reader.read_all() {
         Ok(mut reports) => {
             if raw_keys {
-                for report in &mut reports {
-                    if let Ok(Some(context)) = &mut report.context {
-                        name_raw_keys(context);
-                    }
-                }
+                name_all_raw(&mut reports);
             }
             Threads::Read {
                 reader: Box::new(reader),
@@ -91,24 +119,20 @@ pub const EBPF_WINDOW: std::time::Duration = std::time::Duration::from_millis(30
 /// [`EBPF_WINDOW`]: the threads that ran meanwhile, each with the context of its last
 /// sample (a thread that did not run is not listed). Fails when the kernel refuses BPF.
 #[cfg(feature = "ebpf")]
-pub fn read_ebpf(pid: u32, raw_keys: bool) -> Result<Threads, String> {
+pub fn read_ebpf(maps: &ProcessMaps, raw_keys: bool) -> Result<Threads, Failure> {
     use otel_ctx_reader::{EbpfOptions, EbpfSampler};
-    let mut reader = match open(pid, raw_keys) {
+    let mut reader = match open_or_say(maps, raw_keys) {
         Ok(reader) => reader,
-        Err(ThreadError::Tls(TlsError::SymbolNotFound)) => return Ok(Threads::NotPublished),
-        Err(e) => return Ok(Threads::Failed(e.to_string())),
+        Err(said) => return Ok(said),
     };
     let options = EbpfOptions::default().with_frequency_hz(999);
-    let mut sampler = EbpfSampler::start(&reader, options).map_err(|e| e.to_string())?;
+    let mut sampler =
+        EbpfSampler::start(&reader, options).map_err(|e| Failure::Unusable(e.to_string()))?;
     let mut reports = sampler
         .snapshot(&mut reader, EBPF_WINDOW)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure::Unusable(e.to_string()))?;
     if raw_keys {
-        for report in &mut reports {
-            if let Ok(Some(context)) = &mut report.context {
-                name_raw_keys(context);
-            }
-        }
+        name_all_raw(&mut reports);
     }
     Ok(Threads::Read {
         reader: Box::new(reader),
@@ -123,11 +147,12 @@ fn table_name(table: SymbolTable) -> &'static str {
     }
 }
 
-/// The text section: how the slot was found, then a row per thread.
+/// The text section: how the slot was found, then a row per thread. Why a thread could
+/// not be read is said below the table, once per reason, so that the rows stay short.
 pub fn text(threads: &Threads) -> String {
     let mut out = String::new();
     match threads {
-        Threads::NotPublished => {
+        Threads::NotPublished { .. } => {
             out.push_str("threads    no module exports otel_thread_ctx_v1: no thread contexts\n")
         }
         Threads::Failed(e) => {
@@ -156,17 +181,36 @@ pub fn text(threads: &Threads) -> String {
             ]
             .map(String::from)
             .to_vec()];
+            let mut reasons: Vec<(String, Vec<u32>)> = Vec::new();
             for report in reports {
                 let mut row = vec![format!("  {}", report.tid), report.name.clone()];
                 match &report.context {
                     Ok(Some(c)) => row.extend(context_cells(c)),
                     Ok(None) => row.push("-".into()),
-                    Err(e) => row.push(format!("(unreadable: {e})")),
+                    Err(e) => {
+                        let reason = e.to_string();
+                        let n = match reasons.iter().position(|(r, _)| *r == reason) {
+                            Some(n) => n,
+                            None => {
+                                reasons.push((reason, Vec::new()));
+                                reasons.len() - 1
+                            }
+                        };
+                        reasons[n].1.push(report.tid);
+                        row.push(format!("(unreadable [{}])", n + 1));
+                    }
                 }
                 rows.push(row);
             }
             out.push_str(&text::table(&rows));
+            for (n, (reason, tids)) in reasons.iter().enumerate() {
+                let tids: Vec<String> = tids.iter().map(u32::to_string).collect();
+                let _ = writeln!(out, "  [{}] {reason} (thread {})", n + 1, tids.join(", "));
+            }
         }
+    }
+    for skipped in threads.skipped() {
+        let _ = writeln!(out, "  skipped {skipped}");
     }
     out
 }
@@ -213,6 +257,28 @@ pub enum SlotJson<'a> {
         /// Why.
         error: &'a str,
     },
+}
+
+/// One element of `skipped_modules` in `show --json`: an executable mapping whose file
+/// was not analysed.
+#[derive(Serialize)]
+pub struct SkippedJson {
+    /// The path maps shows.
+    pub path: String,
+    /// Why it was left out.
+    pub reason: String,
+}
+
+/// The `skipped_modules` of `show --json`.
+pub fn skipped_json(threads: &Threads) -> Vec<SkippedJson> {
+    threads
+        .skipped()
+        .iter()
+        .map(|s| SkippedJson {
+            path: s.path.clone(),
+            reason: s.reason.to_string(),
+        })
+        .collect()
 }
 
 /// One element of `threads` in `show --json`.
@@ -274,7 +340,7 @@ impl<'a> ContextJson<'a> {
 /// no module exports the symbol, `{"error": ...}` and `[]` when it cannot be located.
 pub fn json(threads: &Threads) -> (Option<SlotJson<'_>>, Vec<ThreadJson<'_>>) {
     match threads {
-        Threads::NotPublished => (None, Vec::new()),
+        Threads::NotPublished { .. } => (None, Vec::new()),
         Threads::Failed(e) => (Some(SlotJson::Failed { error: e }), Vec::new()),
         Threads::Read { reader, reports } => {
             let r = reader.resolution();
@@ -400,7 +466,10 @@ mod tests {
             r#"[{"error":"cannot list the threads"},[]]"#
         );
         assert_eq!(
-            serde_json::to_string(&json(&Threads::NotPublished)).unwrap(),
+            serde_json::to_string(&json(&Threads::NotPublished {
+                skipped: Vec::new()
+            }))
+            .unwrap(),
             "[null,[]]"
         );
     }

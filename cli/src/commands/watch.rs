@@ -14,17 +14,22 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use otel_ctx_reader::{Error, ThreadReader};
+use otel_ctx_reader::{Error, SampleError, ThreadReader};
 use serde::Serialize;
 
-use super::{catch_sigint, json, text, threads, INTERRUPTED};
+use super::{catch_sigint, json, out, show, text, threads, Failure, INTERRUPTED};
 
 /// Bucket of a thread with no context attached.
 pub const NO_CONTEXT: &str = "(no context)";
 /// Bucket of a thread whose context could not be read.
 pub const UNREADABLE: &str = "(unreadable)";
-/// How often the modules and the key map are looked at again.
+/// How often the key map is looked at again (two small copies when it is unchanged).
 const REFRESH: Duration = Duration::from_secs(1);
+/// How often the modules are listed again without evidence that they changed: listing
+/// them reads `/proc/<pid>/maps`, which takes the target's mmap lock. Evidence (a slot
+/// that cannot be computed, an update of the process context) lists them sooner, at
+/// most once per [`REFRESH`].
+const MODULES_FALLBACK: Duration = Duration::from_secs(30);
 
 /// Counts of samples per attribute value.
 pub struct Sampler {
@@ -32,9 +37,15 @@ pub struct Sampler {
     by: String,
     raw_keys: bool,
     counts: HashMap<String, u64>,
+    /// Unreadable samples by the kind of error, with one message of each kind.
+    unreadable: HashMap<&'static str, (u64, String)>,
     rounds: u64,
     samples: u64,
     last_refresh: Instant,
+    modules_listed: Instant,
+    /// Set when a sample shows the modules may have changed (its slot could not be
+    /// computed).
+    modules_suspect: bool,
     /// With `--ebpf`: the BPF sampler that takes the samples instead of ptrace rounds.
     #[cfg(feature = "ebpf")]
     ebpf: Option<otel_ctx_reader::EbpfSampler>,
@@ -68,16 +79,20 @@ fn raw_value<'a>(attrs_data: &'a [u8], by: &str) -> Option<&'a [u8]> {
 impl Sampler {
     /// Locates the thread contexts of `pid`; samples are grouped by attribute `by`
     /// (`raw_keys`: attributes named by key index, `#0`, as `show --raw-keys` does).
-    pub fn open(pid: u32, by: &str, raw_keys: bool) -> Result<Self, String> {
-        let reader = threads::open(pid, raw_keys).map_err(|e| e.to_string())?;
+    pub fn open(pid: u32, by: &str, raw_keys: bool) -> Result<Self, Failure> {
+        let maps = show::read_maps(pid)?;
+        let reader = threads::open(&maps, raw_keys)?;
         Ok(Self {
             reader,
             by: by.to_owned(),
             raw_keys,
             counts: HashMap::new(),
+            unreadable: HashMap::new(),
             rounds: 0,
             samples: 0,
             last_refresh: Instant::now(),
+            modules_listed: Instant::now(),
+            modules_suspect: false,
             #[cfg(feature = "ebpf")]
             ebpf: None,
         })
@@ -86,14 +101,89 @@ impl Sampler {
     /// Like [`open`](Self::open), with the eBPF sampler ticking at `hz` on every CPU:
     /// [`collect`](Self::collect) then gathers its samples, and no thread is stopped.
     #[cfg(feature = "ebpf")]
-    pub fn open_ebpf(pid: u32, by: &str, raw_keys: bool, hz: u32) -> Result<Self, String> {
+    pub fn open_ebpf(pid: u32, by: &str, raw_keys: bool, hz: u32) -> Result<Self, Failure> {
         let mut sampler = Self::open(pid, by, raw_keys)?;
         let options = otel_ctx_reader::EbpfOptions::default().with_frequency_hz(u64::from(hz));
         sampler.ebpf = Some(
             otel_ctx_reader::EbpfSampler::start(&sampler.reader, options)
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| Failure::Unusable(e.to_string()))?,
         );
         Ok(sampler)
+    }
+
+    /// The executable mappings the thread reader left out, one line each.
+    pub fn skipped_lines(&self) -> String {
+        self.reader
+            .skipped_modules()
+            .iter()
+            .map(|s| format!("skipped {s}\n"))
+            .collect()
+    }
+
+    /// When `by` names no key of the key map: a note that says so and lists the keys
+    /// that are (samples then all count as `(no <by>)`, until a key of that name is
+    /// registered).
+    pub fn key_note(&self) -> Option<String> {
+        if self.raw_keys {
+            return None;
+        }
+        let keys = self.reader.key_map().unwrap_or(&[]);
+        if keys.contains(&self.by) {
+            return None;
+        }
+        Some(if keys.is_empty() {
+            format!(
+                "{} is not in the key map: the process announces no keys (yet)",
+                self.by
+            )
+        } else {
+            format!(
+                "{} is not in the key map; its keys are: {}",
+                self.by,
+                keys.join(", ")
+            )
+        })
+    }
+
+    /// Counts one sample into its bucket.
+    fn count(&mut self, bucket: String) {
+        *self.counts.entry(bucket).or_default() += 1;
+        self.samples += 1;
+    }
+
+    /// Counts one unreadable sample, by the kind of its error.
+    fn count_unreadable(&mut self, e: &SampleError) {
+        if matches!(e, SampleError::Tls(_)) {
+            self.modules_suspect = true;
+        }
+        let entry = self
+            .unreadable
+            .entry(e.kind())
+            .or_insert_with(|| (0, e.to_string()));
+        entry.0 += 1;
+        self.count(UNREADABLE.to_owned());
+    }
+
+    /// Looks at the key map again every [`REFRESH`], and lists the modules again when a
+    /// sample or an update of the process context suggests they changed (at most once
+    /// per [`REFRESH`]), or every [`MODULES_FALLBACK`] otherwise. Returns whether the
+    /// modules changed.
+    fn refresh(&mut self) -> bool {
+        if self.last_refresh.elapsed() < REFRESH {
+            return false;
+        }
+        self.last_refresh = Instant::now();
+        let context_changed = self.reader.refresh_key_map();
+        let due = self.modules_suspect
+            || context_changed
+            || self.modules_listed.elapsed() >= MODULES_FALLBACK;
+        if !due {
+            return false;
+        }
+        self.modules_suspect = false;
+        self.modules_listed = Instant::now();
+        // A failure shows as unreadable samples.
+        matches!(self.reader.refresh_modules(), Ok(true))
     }
 
     /// Whether the samples come from the eBPF sampler.
@@ -115,43 +205,45 @@ impl Sampler {
         // A failed wait (not an interruption) shows as no samples; the next call retries.
         let _ = ebpf.wait(wait);
         // Every sample taken so far is counted before the process is found gone.
+        let mut taken = Vec::new();
         while let Some((_, context)) = ebpf.next_context(&mut self.reader) {
-            let bucket = match &context {
-                Ok(None) => NO_CONTEXT.to_owned(),
+            taken.push(match &context {
+                Ok(None) => Ok(NO_CONTEXT.to_owned()),
                 Ok(Some(c)) if self.raw_keys => {
-                    value_bucket(&self.by, raw_value(c.attrs_data, &self.by))
+                    Ok(value_bucket(&self.by, raw_value(c.attrs_data, &self.by)))
                 }
-                Ok(Some(c)) => value_bucket(&self.by, c.attribute(&self.by)),
-                Err(_) => UNREADABLE.to_owned(),
-            };
-            *self.counts.entry(bucket).or_default() += 1;
-            self.samples += 1;
+                Ok(Some(c)) => Ok(value_bucket(&self.by, c.attribute(&self.by))),
+                Err(e) => Err((e.kind(), e.to_string(), matches!(e, SampleError::Tls(_)))),
+            });
         }
-        if self.last_refresh.elapsed() >= REFRESH {
-            self.last_refresh = Instant::now();
-            if otel_ctx_reader::is_gone(self.reader.pid()) {
-                return Err(Error::ProcessGone {
-                    pid: self.reader.pid(),
-                });
+        for sample in taken {
+            match sample {
+                Ok(bucket) => self.count(bucket),
+                Err((kind, message, tls)) => {
+                    self.modules_suspect |= tls;
+                    self.unreadable.entry(kind).or_insert((0, message)).0 += 1;
+                    self.count(UNREADABLE.to_owned());
+                }
             }
-            if let Ok(true) = self.reader.refresh_modules() {
-                // A failure leaves the old location: its samples show as unreadable.
+        }
+        if self.last_refresh.elapsed() >= REFRESH && otel_ctx_reader::is_gone(self.reader.pid()) {
+            return Err(Error::ProcessGone {
+                pid: self.reader.pid(),
+            });
+        }
+        if self.refresh() {
+            // A failure leaves the old location: its samples show as unreadable.
+            if let Some(ebpf) = self.ebpf.as_mut() {
                 let _ = ebpf.set_resolution(self.reader.resolution());
             }
-            self.reader.refresh_key_map();
         }
         Ok(())
     }
 
     /// Samples every thread once.
     pub fn round(&mut self) -> Result<(), Error> {
-        if self.last_refresh.elapsed() >= REFRESH {
-            self.last_refresh = Instant::now();
-            // A library loaded or unloaded, a key registered: picked up here. A failure
-            // shows as unreadable samples below.
-            let _ = self.reader.refresh_modules();
-            self.reader.refresh_key_map();
-        }
+        // A library loaded or unloaded, a key registered: picked up here.
+        self.refresh();
         let mut reports = self.reader.read_all()?;
         self.rounds += 1;
         for report in &mut reports {
@@ -160,21 +252,32 @@ impl Sampler {
                     threads::name_raw_keys(context);
                 }
             }
-            let bucket = match &report.context {
-                Ok(None) => NO_CONTEXT.to_owned(),
-                Ok(Some(c)) => value_bucket(
-                    &self.by,
-                    c.attributes
-                        .iter()
-                        .find(|(k, _)| *k == self.by)
-                        .map(|(_, v)| v.as_bytes()),
-                ),
-                Err(_) => UNREADABLE.to_owned(),
-            };
-            *self.counts.entry(bucket).or_default() += 1;
-            self.samples += 1;
+            match &report.context {
+                Ok(None) => self.count(NO_CONTEXT.to_owned()),
+                Ok(Some(c)) => {
+                    let bucket = value_bucket(
+                        &self.by,
+                        c.attributes
+                            .iter()
+                            .find(|(k, _)| *k == self.by)
+                            .map(|(_, v)| v.as_bytes()),
+                    );
+                    self.count(bucket);
+                }
+                Err(e) => self.count_unreadable(e),
+            }
         }
         Ok(())
+    }
+
+    /// Why samples were unreadable, one line per kind of error, most first.
+    pub fn unreadable_lines(&self) -> String {
+        let mut kinds: Vec<(&&str, &(u64, String))> = self.unreadable.iter().collect();
+        kinds.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+        kinds
+            .iter()
+            .map(|(_, (n, message))| format!("  {UNREADABLE} {n}: {message}\n"))
+            .collect()
     }
 
     /// One step of the sampling loop: a round of ptrace samples (the caller keeps the
@@ -264,6 +367,20 @@ impl Sampler {
             rounds: self.rounds,
             samples: self.samples,
             ebpf: self.ebpf_summary(),
+            unreadable: {
+                let mut kinds: Vec<Unreadable<'_>> = self
+                    .unreadable
+                    .iter()
+                    .map(|(kind, (samples, message))| Unreadable {
+                        kind,
+                        samples: *samples,
+                        message,
+                    })
+                    .collect();
+                kinds.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.kind.cmp(b.kind)));
+                kinds
+            },
+            key_note: self.key_note(),
             counts: self
                 .rows()
                 .into_iter()
@@ -321,8 +438,23 @@ pub struct Summary<'a> {
     /// With `--ebpf` only (where `rounds` is 0): the BPF program's counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ebpf: Option<EbpfSummary>,
+    /// The `(unreadable)` samples by the kind of error, most first.
+    pub unreadable: Vec<Unreadable<'a>>,
+    /// When `by` is not in the key map: a note that says so and lists its keys.
+    pub key_note: Option<String>,
     /// Samples per value, most first.
     pub counts: Vec<Count<'a>>,
+}
+
+/// One element of [`Summary::unreadable`].
+#[derive(Serialize)]
+pub struct Unreadable<'a> {
+    /// The error's kind (`SampleError::kind`), such as `traced`.
+    pub kind: &'a str,
+    /// Samples with an error of this kind.
+    pub samples: u64,
+    /// The message of the first of them.
+    pub message: &'a str,
 }
 
 /// [`Summary::ebpf`]: what the BPF program counted.
@@ -389,21 +521,29 @@ pub fn run(
     raw_keys: bool,
     as_json: bool,
     ebpf: bool,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     if hz == 0 || hz > 10_000 {
-        return Err(format!("--hz {hz}: use a rate between 1 and 10000"));
+        return Err(Failure::usage(format!(
+            "--hz {hz}: use a rate between 1 and 10000"
+        )));
     }
-    catch_sigint()?;
+    catch_sigint().map_err(Failure::Unusable)?;
     let mut sampler = if ebpf {
         #[cfg(feature = "ebpf")]
         {
             Sampler::open_ebpf(pid, by, raw_keys, hz)?
         }
         #[cfg(not(feature = "ebpf"))]
-        return Err(NO_EBPF.to_owned());
+        return Err(Failure::usage(NO_EBPF));
     } else {
         Sampler::open(pid, by, raw_keys)?
     };
+    // What the reader could not analyse, and a grouping key the process does not have,
+    // are said before sampling starts (on stderr, so that --json stays one document).
+    eprint!("{}", sampler.skipped_lines());
+    if let Some(note) = sampler.key_note() {
+        eprintln!("otel-ctx: {note}");
+    }
     let tty = !as_json && std::io::stdout().is_terminal();
     let period = Duration::from_secs(1) / hz;
     let started = Instant::now();
@@ -412,7 +552,11 @@ pub fn run(
     let mut last_draw = started;
     let mut ended_by = "time is up";
     if !as_json && !tty {
-        println!("{}; {}", sampler.heading(), sampler.how(pid, hz));
+        out(&format!(
+            "{}; {}\n",
+            sampler.heading(),
+            sampler.how(pid, hz)
+        ))?;
     }
     while started.elapsed() < duration {
         if INTERRUPTED.load(Ordering::Relaxed) {
@@ -425,7 +569,7 @@ pub fn run(
                 ended_by = "the process exited";
                 break;
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
         if tty && last_draw.elapsed() >= Duration::from_millis(250) {
             last_draw = Instant::now();
@@ -452,16 +596,21 @@ pub fn run(
     if as_json {
         json::print(&sampler.json(pid, hz, elapsed))?;
     } else {
-        if tty {
-            screen.draw(&frame(&sampler, pid, hz, elapsed, duration));
-        } else {
-            print!("{}", sampler.table());
-        }
-        println!(
-            "{ended_by} after {}: {}",
+        let closing = format!(
+            "{ended_by} after {}: {}\n",
             text::duration(elapsed.as_nanos() as u64),
             sampler.totals(elapsed)
         );
+        if tty {
+            screen.draw(&frame(&sampler, pid, hz, elapsed, duration));
+            out(&closing)?;
+        } else {
+            out(&format!(
+                "{}{}{closing}",
+                sampler.table(),
+                sampler.unreadable_lines()
+            ))?;
+        }
     }
     Ok(())
 }
@@ -475,12 +624,16 @@ pub fn frame(
     duration: Duration,
 ) -> String {
     let how = if sampler.is_ebpf() { " (eBPF)" } else { "" };
+    let note = sampler
+        .key_note()
+        .map_or_else(String::new, |note| format!("({note})\n"));
     format!(
-        "otel-ctx watch: pid {pid} at {hz} Hz{how}, {} of {} (Ctrl-C stops)\n{}\n{}",
+        "otel-ctx watch: pid {pid} at {hz} Hz{how}, {} of {} (Ctrl-C stops)\n{}\n{note}{}{}",
         text::duration(elapsed.as_nanos() as u64),
         text::duration(duration.as_nanos() as u64),
         sampler.heading(),
-        sampler.table()
+        sampler.table(),
+        sampler.unreadable_lines()
     )
 }
 
@@ -498,6 +651,12 @@ mod tests {
             rounds: 990,
             samples: 3802,
             ebpf: None,
+            unreadable: vec![Unreadable {
+                kind: "traced",
+                samples: 2,
+                message: "another tracer holds the thread",
+            }],
+            key_note: None,
             counts: vec![
                 Count {
                     value: NO_CONTEXT,
@@ -519,6 +678,11 @@ mod tests {
                 "duration_s",
                 "rounds",
                 "samples",
+                "unreadable",
+                "kind",
+                "samples",
+                "message",
+                "key_note",
                 "counts",
                 "value",
                 "samples",
@@ -528,7 +692,7 @@ mod tests {
         );
         assert_eq!(
             out,
-            r#"{"pid":4242,"by":"http.route","hz":99,"duration_s":10.001,"rounds":990,"samples":3802,"counts":[{"value":"(no context)","samples":3100},{"value":"/api/cart","samples":702}]}"#
+            r#"{"pid":4242,"by":"http.route","hz":99,"duration_s":10.001,"rounds":990,"samples":3802,"unreadable":[{"kind":"traced","samples":2,"message":"another tracer holds the thread"}],"key_note":null,"counts":[{"value":"(no context)","samples":3100},{"value":"/api/cart","samples":702}]}"#
         );
         let back: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert!(back["duration_s"].is_f64(), "{out}");

@@ -180,7 +180,7 @@ impl ThreadSide {
         let stopped = match StoppedThread::stop(tid) {
             Ok(stopped) => stopped,
             Err(PtraceError::Gone) => return Sample::Gone,
-            Err(e @ (PtraceError::Denied(_) | PtraceError::Traced { .. })) => {
+            Err(e @ (PtraceError::Denied { .. } | PtraceError::Traced { .. })) => {
                 return Sample::Denied(e.to_string())
             }
             Err(e) => return Sample::Error(e.to_string()),

@@ -25,6 +25,8 @@ pub enum SkipReason {
     Budget(Exceeded),
     /// It is not a 64-bit ELF file of a supported machine.
     NotElf(ElfError),
+    /// Reading it failed (the kernel refused a read of the open file).
+    Read(std::io::Error),
     /// Its mappings do not match its program headers (no mapping of its first
     /// `PT_LOAD`).
     NotLoaded,
@@ -36,6 +38,7 @@ impl fmt::Display for SkipReason {
             Self::Open(e) => e.fmt(f),
             Self::Budget(e) => e.fmt(f),
             Self::NotElf(e) => e.fmt(f),
+            Self::Read(e) => write!(f, "reading it failed ({e})"),
             Self::NotLoaded => f.write_str("no mapping holds its first loadable segment"),
         }
     }
@@ -112,10 +115,16 @@ impl ElfCache {
         let budgeted = BudgetedFile::new(opened.file, opened.size, self.budget);
         let analysis = match ElfTls::parse(budgeted.read()) {
             Ok(elf) => Ok(Arc::new(elf)),
-            Err(e) => Err(Arc::new(match budgeted.exceeded() {
-                Some(exceeded) => SkipReason::Budget(exceeded),
-                None => SkipReason::NotElf(e),
-            })),
+            Err(e) => {
+                if let Some(failed) = budgeted.read_error() {
+                    // Says nothing about the file: not remembered.
+                    return Err(SkipReason::Read(failed));
+                }
+                Err(Arc::new(match budgeted.exceeded() {
+                    Some(exceeded) => SkipReason::Budget(exceeded),
+                    None => SkipReason::NotElf(e),
+                }))
+            }
         };
         self.entries.insert(key, analysis.clone());
         analysis.map_err(|reason| shared_reason(&reason))
@@ -128,7 +137,7 @@ fn shared_reason(reason: &SkipReason) -> SkipReason {
     match reason {
         SkipReason::Budget(e) => SkipReason::Budget(*e),
         SkipReason::NotElf(e) => SkipReason::NotElf(e.clone()),
-        SkipReason::NotLoaded | SkipReason::Open(_) => SkipReason::NotLoaded,
+        SkipReason::NotLoaded | SkipReason::Open(_) | SkipReason::Read(_) => SkipReason::NotLoaded,
     }
 }
 

@@ -27,7 +27,12 @@ pub enum PtraceError {
     /// The thread has exited.
     Gone,
     /// `PTRACE_SEIZE` was refused.
-    Denied(io::Error),
+    Denied {
+        /// The kernel's error.
+        source: io::Error,
+        /// What refused it, as far as `/proc` tells.
+        refuser: crate::denied::Refuser,
+    },
     /// Another tracer (a debugger, a profiler, another reader) holds the thread: a
     /// thread has one tracer at a time. Retried briefly before this is reported.
     Traced {
@@ -49,11 +54,7 @@ impl fmt::Display for PtraceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Gone => f.write_str("the thread exited"),
-            Self::Denied(e) => write!(
-                f,
-                "ptrace refused ({e}): reading thread contexts needs CAP_SYS_PTRACE, or the \
-                 same uid with kernel.yama.ptrace_scope at 0"
-            ),
+            Self::Denied { source, refuser } => write!(f, "ptrace refused ({source}): {refuser}"),
             Self::Traced { tracer, comm } if comm.is_empty() => write!(
                 f,
                 "another tracer (process {tracer}) holds the thread, and kept it during the \
@@ -79,8 +80,9 @@ fn os_error(request: &'static str, e: io::Error) -> PtraceError {
     }
 }
 
-/// Attempts to seize a thread that another tracer holds, after the first.
-const TRACED_RETRIES: u32 = 5;
+/// Attempts to seize a thread refused with `EPERM` (another tracer may hold it), after
+/// the first.
+const TRACED_RETRIES: u32 = 20;
 /// Pause between those attempts.
 const TRACED_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -113,29 +115,44 @@ impl StoppedThread {
     pub fn stop(tid: u32) -> Result<Self, PtraceError> {
         let tid = i32::try_from(tid).map_err(|_| PtraceError::Gone)?;
         let mut attempt = 0;
+        // The tracer last seen holding the thread, between refusals.
+        let mut seen_tracer = None;
         while let Err(e) = sys::ptrace_seize(tid) {
             let error = match e.raw_os_error() {
                 Some(libc::ESRCH) => PtraceError::Gone,
                 // A thread that has just exited (a zombie not yet released, or one in
                 // its exit) is refused with EPERM too: that is not a permission problem.
                 Some(libc::EPERM) if crate::memory::thread_is_gone(tid as u32) => PtraceError::Gone,
-                // A thread already traced is refused with EPERM too: another sampler
-                // usually holds it for microseconds, so wait a little for it.
-                Some(libc::EPERM) => match tracer_of(tid as u32) {
-                    Some(_) if attempt < TRACED_RETRIES => {
+                Some(libc::EPERM) => {
+                    // A thread already traced is refused with EPERM too. Another sampler
+                    // usually holds it for a few milliseconds at a time: wait a little
+                    // and try again, once in any case (it may have let go before its
+                    // TracerPid was read), and again while a tracer has been seen.
+                    if let Some(tracer) = tracer_of(tid as u32) {
+                        seen_tracer = Some(tracer);
+                    }
+                    if attempt == 0 || (attempt < TRACED_RETRIES && seen_tracer.is_some()) {
                         attempt += 1;
                         std::thread::sleep(TRACED_PAUSE);
                         continue;
                     }
-                    Some(tracer) => PtraceError::Traced {
-                        tracer,
-                        comm: std::fs::read_to_string(format!("/proc/{tracer}/comm"))
-                            .map(|c| c.trim_end().to_owned())
-                            .unwrap_or_default(),
-                    },
-                    None => PtraceError::Denied(e),
+                    match seen_tracer {
+                        Some(tracer) => PtraceError::Traced {
+                            tracer,
+                            comm: std::fs::read_to_string(format!("/proc/{tracer}/comm"))
+                                .map(|c| c.trim_end().to_owned())
+                                .unwrap_or_default(),
+                        },
+                        None => PtraceError::Denied {
+                            source: e,
+                            refuser: crate::denied::diagnose(tid as u32),
+                        },
+                    }
+                }
+                _ => PtraceError::Denied {
+                    source: e,
+                    refuser: crate::denied::diagnose(tid as u32),
                 },
-                _ => PtraceError::Denied(e),
             };
             return Err(error);
         }

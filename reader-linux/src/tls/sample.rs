@@ -80,6 +80,24 @@ pub enum SampleError {
     },
 }
 
+impl SampleError {
+    /// A snake_case name of the error, stable for scripts and JSON: `thread_gone`,
+    /// `ptrace_denied`, `traced` (another tracer holds the thread), `ptrace`, `tls`,
+    /// `misaligned`, `record_too_large` or `memory`.
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Ptrace(PtraceError::Gone) => "thread_gone",
+            Self::Ptrace(PtraceError::Denied { .. }) => "ptrace_denied",
+            Self::Ptrace(PtraceError::Traced { .. }) => "traced",
+            Self::Ptrace(_) => "ptrace",
+            Self::Tls(_) => "tls",
+            Self::Misaligned { .. } => "misaligned",
+            Self::RecordTooLarge { .. } => "record_too_large",
+            Self::Memory { .. } => "memory",
+        }
+    }
+}
+
 impl fmt::Display for SampleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
