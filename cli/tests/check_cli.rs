@@ -134,10 +134,14 @@ fn our_writer_passes() {
     for rule in KEY_RULES {
         assert_status(&doc, rule, "pass");
     }
-    // The executable defines the slot: the linker relaxed TLSDESC to local exec.
+    // The executable defines the slot: the linker relaxed TLSDESC to local exec, which
+    // OTEP 4947 puts outside the writer's control.
     let (status, observed) = status_of(&doc, "tc.access_model");
-    assert_eq!(status, "warn");
-    assert!(observed.contains("local-exec"), "{observed}");
+    assert_eq!(status, "pass");
+    assert!(
+        observed.contains("local exec in the main executable"),
+        "{observed}"
+    );
     assert_eq!(doc["command"]["stopped"], "stdin_closed");
     assert_eq!(doc["command"]["exit_code"], 0);
 }
@@ -174,7 +178,13 @@ fn libdatadog_writers_pass() {
     // libdd-otel-thread-ctx writes TLSDESC code in global_asm!; in an executable the
     // linker relaxes it to local exec.
     let (status, observed) = status_of(&doc, "tc.access_model");
-    assert_eq!((status, observed.contains("local-exec")), ("warn", true));
+    assert_eq!(
+        (
+            status,
+            observed.contains("local exec in the main executable")
+        ),
+        ("pass", true)
+    );
 }
 
 /// A process publishing contexts, started by the test; stopped on drop.

@@ -42,6 +42,10 @@ enum Build {
     LocalDynamicLibrary,
     /// In the TLSDESC library, loaded with `dlopen` (option `--dlopen`).
     Dlopen,
+    /// In a shared library reached through legacy general dynamic (`-mtls-dialect=gnu`).
+    GeneralDynamicLibrary,
+    /// In a shared library compiled `-ftls-model=initial-exec`.
+    InitialExecLibrary,
 }
 
 fn compile(out: &Path, args: &[&str]) {
@@ -89,12 +93,22 @@ fn fixtures() -> &'static PathBuf {
             ],
         );
         compile(
+            &dir.join("libslot-gd.so"),
+            &["-shared", "-fPIC", "-mtls-dialect=gnu", &slot],
+        );
+        compile(
+            &dir.join("libslot-ie.so"),
+            &["-shared", "-fPIC", "-ftls-model=initial-exec", &slot],
+        );
+        compile(
             &dir.join("writer-dlopen"),
             &["-DSLOT_DLOPEN", &writer, "-ldl"],
         );
         for (exe, lib) in [
             ("writer-desc", "libslot-desc.so"),
             ("writer-ld", "libslot-ld.so"),
+            ("writer-gd", "libslot-gd.so"),
+            ("writer-ie", "libslot-ie.so"),
         ] {
             compile(
                 &dir.join(exe),
@@ -115,6 +129,8 @@ fn executable(build: Build) -> PathBuf {
         Build::TlsDescLibrary => "writer-desc",
         Build::LocalDynamicLibrary => "writer-ld",
         Build::Dlopen => "writer-dlopen",
+        Build::GeneralDynamicLibrary => "writer-gd",
+        Build::InitialExecLibrary => "writer-ie",
     })
 }
 
@@ -383,6 +399,18 @@ fn warns_of(args: &[&str]) -> Vec<&'static str> {
 /// case does. The slot is in the TLSDESC library (no access-model warning) unless the case
 /// needs another build.
 const WARN_CASES: &[(Build, &[&str], &[&str])] = &[
+    // OTEP 4947: TLSDESC is what writers should use; legacy general dynamic is allowed.
+    (
+        Build::GeneralDynamicLibrary,
+        &["--record", "good"],
+        &["tc.access_model"],
+    ),
+    // Initial exec compiled into a shared object: the writer's choice, not a relaxation.
+    (
+        Build::InitialExecLibrary,
+        &["--record", "good"],
+        &["tc.access_model"],
+    ),
     (
         Build::TlsDescLibrary,
         &["--no-service-name"],
@@ -566,6 +594,26 @@ fn a_publication_in_progress_is_not_blamed() {
         &[],
         &[],
     );
+}
+
+#[test]
+fn access_models_the_writer_chose_warn_and_relaxations_pass() {
+    for (build, says) in [
+        (
+            Build::GeneralDynamicLibrary,
+            "general dynamic (the legacy GNU dialect)",
+        ),
+        (
+            Build::InitialExecLibrary,
+            "initial exec compiled into the shared object",
+        ),
+        (Build::TlsDescLibrary, "TLSDESC"),
+        (Build::Exported, "local exec in the main executable"),
+    ] {
+        let doc = expect(build, &["--record", "good"], &[], &[]);
+        let said = observed(&doc, "tc.access_model");
+        assert!(said.contains(says), "{build:?}: {said}");
+    }
 }
 
 #[test]

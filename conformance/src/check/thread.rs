@@ -93,6 +93,8 @@ pub(super) struct ThreadSide {
     first_error: Option<String>,
     /// The modules the analysis left out, as `path: reason`.
     skipped: Vec<String>,
+    /// The main executable's path.
+    main: Option<String>,
     /// When the modules may be listed again while no module defines the symbol.
     next_module_look: Instant,
 }
@@ -112,6 +114,7 @@ impl ThreadSide {
             defining: None,
             resolution: None,
             skipped: Vec::new(),
+            main: None,
             next_module_look: Instant::now() + MODULE_LOOK_INTERVAL,
             tallies: Tallies::default(),
             samples: 0,
@@ -132,6 +135,7 @@ impl ThreadSide {
             .map(|skipped| skipped.to_string())
             .collect();
         let modules = modules.loaded;
+        self.main = modules.iter().find(|m| m.is_main).map(|m| m.path.clone());
         self.defining = defining_module(&modules).cloned();
         self.resolution = self.defining.as_ref().map(|_| {
             let libc = Libc::of_modules(&modules);
@@ -374,12 +378,29 @@ impl ThreadSide {
                              but TLSDESC (-mtls-dialect=gnu2 on x86_64) is faster for the writer"
                         ),
                     ),
-                    AccessModel::InitialExec | AccessModel::LocalExec => v.warn(
+                    // The linker relaxes an executable's own accesses: OTEP 4947 puts that
+                    // outside the writer's control and makes readers handle it.
+                    AccessModel::LocalExec => v.pass(
                         rule,
                         format!(
-                            "{} through {module}: a relaxation the linker may make (readers must \
-                             handle it); TLSDESC is the recommended model",
-                            r.model.name()
+                            "local exec in the main executable {module}: the linker relaxed the \
+                             access (outside the writer's control; readers handle it)"
+                        ),
+                    ),
+                    AccessModel::InitialExec if self.main.as_deref() == Some(module.as_str()) => v
+                        .pass(
+                            rule,
+                            format!(
+                                "initial exec in the main executable {module}: the linker relaxed \
+                                 the access (outside the writer's control; readers handle it)"
+                            ),
+                        ),
+                    AccessModel::InitialExec => v.warn(
+                        rule,
+                        format!(
+                            "initial exec compiled into the shared object {module} \
+                             (-ftls-model=initial-exec): it takes static TLS, which a library \
+                             loaded with dlopen may not get; TLSDESC is the recommended model"
                         ),
                     ),
                 }
@@ -512,7 +533,13 @@ impl ThreadSide {
                     "the key map cannot be read (see pc.payload.decodes and tl.key_map.shape)",
                 );
             } else if rule == RuleId::TcRecordTraceFlags && t.ids.checked > 0 {
-                v.skip(rule, format!("every valid record {scope} has ids"));
+                v.skip(
+                    rule,
+                    format!(
+                        "the rule is about records without trace and span ids, and every \
+                         valid record {scope} has ids"
+                    ),
+                );
             } else if matches!(rule, RuleId::TcAttrsKeyIndex | RuleId::TcAttrsUtf8)
                 && t.complete.checked > 0
             {
