@@ -15,7 +15,8 @@
 //!    device and inode are the mapping's. It is then opened for reading through the
 //!    descriptor itself (`/proc/self/fd/<n>`), so the file read is the file checked.
 //! 3. Otherwise, the mapping itself: `/proc/<pid>/map_files/<start>-<end>` (it needs
-//!    `CAP_SYS_ADMIN`), with the same `O_PATH` open and the same checks.
+//!    `CAP_SYS_ADMIN` or `CAP_CHECKPOINT_RESTORE`), with the same `O_PATH` open and the
+//!    same checks.
 //! 4. Otherwise the file is refused, with both reasons ([`OpenError`]).
 //!
 //! Kernels older than 5.6 have no `openat2`: there the path is walked one component at
@@ -92,13 +93,21 @@ pub struct OpenError {
 
 impl fmt::Display for OpenError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "its path {}", self.by_path)?;
-        match &self.by_map_files {
-            Refusal::Denied(_) => f.write_str(
-                ", and /proc/<pid>/map_files, which holds the mapped file itself, needs \
-                 CAP_SYS_ADMIN",
+        match (&self.by_path, &self.by_map_files) {
+            // The mapping itself is of a device (or another special file): whatever its
+            // path says, there is no ELF file to read.
+            (_, Refusal::NotRegular(kind)) => {
+                write!(f, "the mapped file itself is {kind}, not a regular file")
+            }
+            (path, Refusal::Denied(_)) => write!(
+                f,
+                "its path {path}, and /proc/<pid>/map_files, which holds the mapped file \
+                 itself, needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE"
             ),
-            other => write!(f, ", and its /proc/<pid>/map_files entry {other}"),
+            (path, other) => write!(
+                f,
+                "its path {path}, and its /proc/<pid>/map_files entry {other}"
+            ),
         }
     }
 }
@@ -317,6 +326,8 @@ pub enum Exceeded {
     Bytes(u64),
     /// Longer than `max_time`.
     Time(Duration),
+    /// More than what all the files of one process may cost together.
+    Total(u64),
 }
 
 impl fmt::Display for Exceeded {
@@ -331,6 +342,11 @@ impl fmt::Display for Exceeded {
                 f,
                 "reading it took longer than the {} ms a file may take",
                 max.as_millis()
+            ),
+            Self::Total(max) => write!(
+                f,
+                "the {} MiB that all the process's files may cost together are spent",
+                max >> 20
             ),
         }
     }

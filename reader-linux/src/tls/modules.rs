@@ -72,11 +72,18 @@ pub struct Modules {
 /// for its cost is not read again.
 type Analysis = Result<Arc<ElfTls>, Arc<SkipReason>>;
 
-/// Analyses of ELF files, by `(device, inode)`, under one [`FileBudget`] per file.
+/// Bytes all the files of one cache may cost together: a process that maps thousands of
+/// files built to cost each file's budget cannot make the reader read without end.
+pub const TOTAL_FILE_BYTES: u64 = 1 << 30;
+
+/// Analyses of ELF files, by `(device, inode)`, under one [`FileBudget`] per file and
+/// [`TOTAL_FILE_BYTES`] for all of them.
 #[derive(Debug, Default)]
 pub struct ElfCache {
     entries: HashMap<(u64, u64), Analysis>,
     budget: FileBudget,
+    /// Bytes read for every analysis so far.
+    spent: u64,
 }
 
 impl ElfCache {
@@ -90,6 +97,7 @@ impl ElfCache {
         Self {
             entries: HashMap::new(),
             budget,
+            spent: 0,
         }
     }
 
@@ -111,9 +119,16 @@ impl ElfCache {
         if let Some(hit) = self.entries.get(&key) {
             return hit.clone().map_err(|reason| shared_reason(&reason));
         }
+        let left = TOTAL_FILE_BYTES.saturating_sub(self.spent);
+        if left == 0 {
+            return Err(SkipReason::Budget(Exceeded::Total(TOTAL_FILE_BYTES)));
+        }
         let opened = open_mapped(pid, file).map_err(SkipReason::Open)?;
-        let budgeted = BudgetedFile::new(opened.file, opened.size, self.budget);
-        let analysis = match ElfTls::parse(budgeted.read()) {
+        let budget = self.budget.with_max_bytes(self.budget.max_bytes.min(left));
+        let budgeted = BudgetedFile::new(opened.file, opened.size, budget);
+        let parsed = ElfTls::parse(budgeted.read());
+        self.spent = self.spent.saturating_add(budgeted.bytes_read());
+        let analysis = match parsed {
             Ok(elf) => Ok(Arc::new(elf)),
             Err(e) => {
                 if let Some(failed) = budgeted.read_error() {
