@@ -24,11 +24,12 @@
 //! `Resource` attributes and the elements of a repeated `array_value` concatenate).
 //!
 //! One file per job: `wire` reads fields off the wire (tags, lengths, the schema's field
-//! numbers); `limits` holds the bounds of [`Limits`]; `validate` walks a whole payload
-//! once against them; `view` hands out the borrowed views of a checked payload; `model` is
-//! the borrowed model an encoder reads and the two traits through which it reads the owned
-//! one too; `encode` is the one encoder of both; `error` says why a payload does not
-//! decode or encode.
+//! numbers); `limits` holds the bounds of [`Limits`] and the one set of rules that applies
+//! them, to a payload and to a model to encode ([`ProcessContext::check_limits`]);
+//! `validate` walks a whole payload once; `view` hands out the borrowed views of a checked
+//! payload; `model` is the borrowed model an encoder reads and the two traits through
+//! which it reads the owned one too; `encode` is the one encoder of both; `error` says why
+//! a payload does not decode or encode.
 
 mod encode;
 mod error;
@@ -41,6 +42,8 @@ mod wire;
 #[cfg(feature = "alloc")]
 pub(crate) use encode::{context_len, encode_context};
 pub use error::{DecodeError, EncodeError, Message};
+#[cfg(feature = "alloc")]
+pub(crate) use limits::check_context;
 pub use limits::{Limits, DEFAULT_MAX_ATTRIBUTES, DEFAULT_MAX_DEPTH};
 pub use model::{AnyValue, KeyValue, ProcessContext};
 pub(crate) use model::{EncodeKeyValue, EncodeValue, ValueRef};

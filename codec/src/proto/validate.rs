@@ -1,7 +1,8 @@
 //! The one walk of a payload that [`ProcessContextView::decode`](super::ProcessContextView::decode)
-//! makes before handing out a view: every wire type, length and UTF-8 string, the nesting
-//! depth and the number of attributes.
+//! makes before handing out a view: every wire type, length and UTF-8 string, and the size,
+//! nesting depth and number of attributes by the rules of `limits.rs`.
 
+use super::limits::Budget;
 use super::wire::{
     expect_len, expect_str, expect_wire, Fields, AV_ARRAY, AV_BOOL, AV_BYTES, AV_DOUBLE, AV_INT,
     AV_KVLIST, AV_STRING, KV_KEY, KV_VALUE, LIST_VALUES, PC_ATTRIBUTES, PC_RESOURCE,
@@ -9,31 +10,29 @@ use super::wire::{
 };
 use super::{DecodeError, Limits, Message};
 
+/// Checks `payload` whole against `limits`: its size first, then every field, stopping at
+/// the first problem in wire order.
+pub(super) fn validate(payload: &[u8], limits: &Limits) -> Result<(), DecodeError> {
+    let mut validator = Validator {
+        budget: Budget::new(*limits),
+    };
+    validator.budget.check_size(payload.len())?;
+    validator.process_context(payload)
+}
+
 /// The single validation walk; counts attributes and tracks depth.
-pub(super) struct Validator {
-    limits: Limits,
-    attributes: usize,
+struct Validator {
+    budget: Budget,
 }
 
 impl Validator {
-    pub(super) const fn new(limits: Limits) -> Self {
-        Self {
-            limits,
-            attributes: 0,
-        }
-    }
-
+    /// One more key-value pair or array element, refused as soon as there are too many.
     fn count(&mut self) -> Result<(), DecodeError> {
-        self.attributes += 1;
-        if self.attributes > self.limits.max_attributes {
-            return Err(DecodeError::TooManyAttributes {
-                limit: self.limits.max_attributes,
-            });
-        }
-        Ok(())
+        self.budget.count(1);
+        self.budget.check_count()
     }
 
-    pub(super) fn process_context(&mut self, bytes: &[u8]) -> Result<(), DecodeError> {
+    fn process_context(&mut self, bytes: &[u8]) -> Result<(), DecodeError> {
         let mut fields = Fields::new(bytes);
         while let Some((field, wire)) = fields.next_field()? {
             match field {
@@ -74,11 +73,7 @@ impl Validator {
     }
 
     fn any_value(&mut self, bytes: &[u8], depth: usize) -> Result<(), DecodeError> {
-        if depth > self.limits.max_depth {
-            return Err(DecodeError::TooDeep {
-                limit: self.limits.max_depth,
-            });
-        }
+        self.budget.check_depth(depth)?;
         let m = Message::AnyValue;
         let mut fields = Fields::new(bytes);
         while let Some((field, wire)) = fields.next_field()? {

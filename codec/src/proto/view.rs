@@ -1,6 +1,6 @@
 //! Views of a checked payload: iterators and values that borrow it.
 
-use super::validate::Validator;
+use super::validate::validate;
 use super::wire::{
     Fields, Wire, AV_ARRAY, AV_BOOL, AV_BYTES, AV_DOUBLE, AV_INT, AV_KVLIST, AV_STRING, KV_KEY,
     KV_VALUE, LIST_VALUES, PC_ATTRIBUTES, PC_RESOURCE, RESOURCE_ATTRIBUTES,
@@ -16,13 +16,7 @@ pub struct ProcessContextView<'a> {
 impl<'a> ProcessContextView<'a> {
     /// Validates `payload` completely against `limits`; the view cannot fail afterwards.
     pub fn decode(payload: &'a [u8], limits: &Limits) -> Result<Self, DecodeError> {
-        if payload.len() > limits.max_payload_size {
-            return Err(DecodeError::PayloadTooLarge {
-                size: payload.len(),
-                limit: limits.max_payload_size,
-            });
-        }
-        Validator::new(*limits).process_context(payload)?;
+        validate(payload, limits)?;
         Ok(Self { bytes: payload })
     }
 
