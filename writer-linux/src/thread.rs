@@ -106,6 +106,8 @@ mod registry;
 mod slot;
 #[cfg(target_os = "linux")]
 mod storage;
+#[cfg(target_os = "linux")]
+mod store;
 
 #[cfg(target_os = "linux")]
 pub use context::{

@@ -86,10 +86,9 @@ use otel_ctx_codec::record::{
     SPAN_ID_OFFSET, TRACE_FLAGS_OFFSET, TRACE_ID_OFFSET, VALID, VALID_OFFSET,
 };
 
-use super::record::{
-    write_append, write_truncate, write_update, Record, RecordWrites, WRITE_AHEAD,
-};
+use super::record::{write_append, write_truncate, write_update, Record, RecordWrites};
 use super::slot::{detach_ours_in, held_in, swap_in, Held, SlotWrites};
+use super::store::WRITE_AHEAD;
 use super::Key;
 
 /// Capacity of a model record: a compact one.
