@@ -37,7 +37,7 @@
 //!
 //! The protocol's steps ([`write_update`], [`write_append`], [`write_truncate`]) write
 //! through [`RecordWrites`]: [`RecordPtr`] writes the heap record, and the loom model
-//! (`loom.rs`, under `--cfg loom`) runs the same functions on a model record to check them
+//! (`loom/`, under `--cfg loom`) runs the same functions on a model record to check them
 //! against a reader that stops the thread anywhere.
 
 #[cfg(feature = "alloc")]
