@@ -42,7 +42,8 @@ pub enum Backing {
 }
 
 /// The two syscalls whose failure the protocol tolerates, replaceable so tests can
-/// simulate a kernel or sandbox other than the one they run on.
+/// simulate a kernel or sandbox other than the one they run on (public with the feature
+/// `test-seams`, which only this crate's tests turn on).
 #[derive(Clone, Copy, Debug)]
 pub struct Syscalls {
     /// `memfd_create(name, flags)`.
