@@ -67,13 +67,9 @@ pub type PublishError = process::Error;
 #[cfg(not(target_os = "linux"))]
 pub type PublishError = std::convert::Infallible;
 
-/// Why an attribute key could not be registered (see `otel_ctx_writer::thread::register`).
-#[cfg(target_os = "linux")]
+/// The writer's `otel_ctx_writer::thread::RegistryError`: outside Linux no key is
+/// registered and nothing fails.
 pub use otel_ctx_writer::thread::RegistryError;
-/// Why an attribute key could not be registered. Outside Linux no key is registered and
-/// nothing fails.
-#[cfg(not(target_os = "linux"))]
-pub type RegistryError = std::convert::Infallible;
 
 /// `service.instance.id`, which the SDK's default resource leaves out.
 #[cfg(target_os = "linux")]

@@ -59,14 +59,9 @@ pub use layer::{span_ids, ThreadContextLayer};
 #[cfg(not(target_os = "linux"))]
 pub use noop::{span_ids, ThreadContextLayer};
 
-/// Why an attribute key could not be registered (the key map is full, or a name is not
-/// valid). Outside Linux no key is registered and nothing fails.
-#[cfg(target_os = "linux")]
+/// The writer's `otel_ctx_writer::thread::RegistryError`: outside Linux no key is
+/// registered and nothing fails.
 pub use otel_ctx_writer::thread::RegistryError;
-/// Why an attribute key could not be registered. Outside Linux no key is registered and
-/// nothing fails.
-#[cfg(not(target_os = "linux"))]
-pub type RegistryError = std::convert::Infallible;
 
 /// The trace flags of a span whose ids this layer generated: sampled, since the span is
 /// being recorded by the subscriber.
