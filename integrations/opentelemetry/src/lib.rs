@@ -54,6 +54,8 @@ use otel_ctx_writer::thread::Key;
 use otel_ctx_writer::thread::{self, Attached, ThreadContext};
 
 #[cfg(feature = "context-observer")]
+mod install;
+#[cfg(feature = "context-observer")]
 #[cfg_attr(not(target_os = "linux"), path = "observer_noop.rs")]
 pub mod observer;
 #[cfg(feature = "context-observer")]
