@@ -1,5 +1,9 @@
-//! What the tests of this crate share: the calling thread's record, read through its
-//! `otel_thread_ctx_v1` slot and decoded with the codec (the writer's test helper).
+//! What the tests of this crate share: a context with a remote span, and the calling
+//! thread's record, read through its `otel_thread_ctx_v1` slot and decoded with the codec
+//! (the writer's test helper).
+
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use opentelemetry::Context;
 
 #[path = "../../../../writer-linux/tests/thread_support/mod.rs"]
 mod thread_support;
@@ -17,4 +21,15 @@ pub fn seen() -> Option<Seen> {
             record.attrs,
         )
     })
+}
+
+/// A context whose span is a remote one with these ids (each byte repeated) and flags.
+pub fn remote(trace: u8, span: u8, flags: u8) -> Context {
+    Context::new().with_remote_span_context(SpanContext::new(
+        TraceId::from_bytes([trace; 16]),
+        SpanId::from_bytes([span; 8]),
+        TraceFlags::new(flags),
+        true,
+        TraceState::default(),
+    ))
 }
