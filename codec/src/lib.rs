@@ -1,5 +1,19 @@
 //! Bytes of OpenTelemetry process context (OTEP 4719) and thread context (OTEP 4947).
 //!
+//! ```
+//! use otel_ctx_codec::proto::{AnyValue, KeyValue, Limits, ProcessContext, ProcessContextView};
+//! use otel_ctx_codec::record::{encode_record, RecordView, MAX_RECORD_SIZE};
+//!
+//! let resource = [KeyValue { key: "service.name", value: AnyValue::String("checkout") }];
+//! let (mut payload, mut record) = ([0u8; 64], [0u8; 64]);
+//! let len = ProcessContext { resource: &resource, attributes: &[] }.encode(&mut payload)?;
+//! let view = ProcessContextView::decode(&payload[..len], &Limits::default())?;
+//! assert_eq!(view.resource_value("service.name").and_then(|v| v.as_str()), Some("checkout"));
+//! let len = encode_record(&mut record, [1; 16], [2; 8], 0x01, &[(0, b"/cart")])?;
+//! assert_eq!(RecordView::parse(&record[..len], MAX_RECORD_SIZE)?.entries().count(), 1);
+//! # Ok::<(), Box<dyn core::error::Error>>(())
+//! ```
+//!
 //! Pure functions over borrowed bytes: this crate knows the layouts and the protobuf
 //! subset, and nothing of Linux, memory mappings or threads. It never panics on input;
 //! every malformed input is a typed error whose [`kind`](HeaderError::kind) is the

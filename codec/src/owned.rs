@@ -16,8 +16,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::proto::{
-    context_len, encode_context, AnyValue, AnyValueView, EncodeError, EncodeKeyValue, EncodeValue,
-    KeyValue, KeyValueView, ProcessContextView, ValueRef,
+    check_context, context_len, encode_context, AnyValue, AnyValueView, DecodeError, EncodeError,
+    EncodeKeyValue, EncodeValue, KeyValue, KeyValueView, Limits, ProcessContextView, ValueRef,
 };
 use crate::threadlocal::{ThreadlocalError, ThreadlocalView};
 
@@ -307,10 +307,20 @@ impl OwnedProcessContext {
     /// is always written, an empty key is omitted, and [`OwnedValue::Empty`] is an
     /// `AnyValue` with no field.
     ///
-    /// This checks no [`Limits`](crate::proto::Limits): a context nested deeper, or with
-    /// more attributes, than a reader accepts still encodes.
+    /// This checks no [`Limits`]: a context nested deeper, or with more attributes, than a
+    /// reader accepts still encodes ([`check_limits`](Self::check_limits) says whether it
+    /// would).
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
         encode_context(&self.resource, &self.attributes, buf)
+    }
+
+    /// Checks that a reader decoding with `limits` accepts the encoded payload, by the
+    /// same rules as
+    /// [`ProcessContext::check_limits`](crate::proto::ProcessContext::check_limits): the nesting depth and the number of
+    /// attributes, counted as its decoder counts them, then the payload's size. Too deep is
+    /// reported before too many attributes, and both before too large.
+    pub fn check_limits(&self, limits: &Limits) -> Result<(), DecodeError> {
+        check_context(&self.resource, &self.attributes, limits)
     }
 }
 

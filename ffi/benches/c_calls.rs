@@ -15,7 +15,6 @@
 
 use core::ffi::c_char;
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use otel_ctx_ffi::thread::{
@@ -23,6 +22,9 @@ use otel_ctx_ffi::thread::{
     otel_thread_ctx_free, otel_thread_ctx_new, otel_thread_ctx_update,
 };
 use otel_ctx_writer::thread::{self, Key, ThreadContext};
+
+#[path = "../../writer-linux/benches/criterion_config.rs"]
+mod criterion_config;
 
 // `otel_thread_ctx` is opaque to C (only pointers to it cross), so its Rust layout is
 // irrelevant here, as in the library's own exported functions.
@@ -166,16 +168,9 @@ fn update_2(c: &mut Criterion) {
     group.finish();
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(50)
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = criterion_config::config();
     targets = attach_detach, update_2
 }
 criterion_main!(benches);

@@ -2,6 +2,24 @@
 //! writers, built as a shared library (`libotel_ctx_ffi.so`) and a static library
 //! (`libotel_ctx_ffi.a`).
 //!
+//! ```
+//! use otel_ctx_ffi::thread::*;
+//!
+//! // SAFETY: live arrays of the lengths `otel_ctx.h` asks for, NUL-terminated strings, and
+//! // handles of this library, as its contracts require.
+//! unsafe {
+//!     let route = otel_thread_ctx_register_key(c"http.route".as_ptr());
+//!     let attrs = [otel_thread_ctx_attr { key: route.key, value: c"/cart".as_ptr() }];
+//!     let made = otel_thread_ctx_new([1; 16].as_ptr(), [2; 8].as_ptr(), 0x01, attrs.as_ptr(), 1);
+//!     let previous = otel_thread_ctx_attach(made.context); // a profiler sees it now
+//!     assert!(route.success && made.success && previous.context.is_null());
+//!     otel_thread_ctx_free(otel_thread_ctx_detach());
+//! }
+//! ```
+//!
+//! The same calls from C, through `include/otel_ctx.h`, and the process context's through
+//! `include/otel_process_ctx.h`: `tests/c/`.
+//!
 //! - [`process`]: `otel_process_ctx.h`, source-compatible with the reference C header of
 //!   OpenTelemetry's sig-profiling repository: publish, drop, read back.
 //! - [`thread`]: `otel_ctx.h`, the thread context: register attribute keys, create,

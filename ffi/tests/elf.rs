@@ -131,6 +131,14 @@ fn dynamic_relocations(
     (all, against)
 }
 
+/// `process_reference.c` linked as `link`, after checking that it is an executable of
+/// type `elf_type` (`ET_EXEC`, `ET_DYN`) with no loader (`PT_INTERP`): `what` says why.
+fn without_loader(link: Link, elf_type: elf::FileType, what: &str) -> Vec<u8> {
+    let data = std::fs::read(compile("process_reference", link)).expect("read it");
+    assert_eq!(elf_type_and_interpreter(&data), (elf_type, false), "{what}");
+    data
+}
+
 /// The ELF type of the file header (`ET_EXEC`, `ET_DYN`), and whether the executable
 /// asks for a dynamic loader (`PT_INTERP`).
 fn elf_type_and_interpreter(data: &[u8]) -> (elf::FileType, bool) {
@@ -164,13 +172,12 @@ fn glibc_executable_with_the_static_library_exports_the_slot() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn musl_static_pie_executable_exports_the_slot_with_local_exec() {
-    let data = std::fs::read(compile("process_reference", Link::MuslStaticPie)).expect("read it");
-    let file = object::File::parse(&*data).expect("ELF parses");
-    assert_eq!(
-        elf_type_and_interpreter(&data),
-        (elf::ET_DYN, false),
-        "a position-independent executable, with no PT_INTERP"
+    let data = without_loader(
+        Link::MuslStaticPie,
+        elf::ET_DYN,
+        "a position-independent executable, with no PT_INTERP",
     );
+    let file = object::File::parse(&*data).expect("ELF parses");
     let index = slot(&file, true).index();
     let (all, against) = dynamic_relocations(&file, Some(index));
     assert!(
@@ -192,14 +199,12 @@ fn musl_static_pie_executable_exports_the_slot_with_local_exec() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn musl_gcc_static_executable_with_a_dynsym_exports_the_slot() {
-    let data =
-        std::fs::read(compile("process_reference", Link::MuslStaticDynsym)).expect("read it");
-    let file = object::File::parse(&*data).expect("ELF parses");
-    assert_eq!(
-        elf_type_and_interpreter(&data),
-        (elf::ET_EXEC, false),
-        "not position-independent, with no PT_INTERP"
+    let data = without_loader(
+        Link::MuslStaticDynsym,
+        elf::ET_EXEC,
+        "not position-independent, with no PT_INTERP",
     );
+    let file = object::File::parse(&*data).expect("ELF parses");
     let index = slot(&file, true).index();
     let (all, against) = dynamic_relocations(&file, Some(index));
     assert!(
@@ -229,13 +234,12 @@ fn musl_gcc_static_executable_with_a_dynsym_exports_the_slot() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn musl_gcc_static_executable_has_the_slot_in_symtab_only() {
-    let data = std::fs::read(compile("process_reference", Link::MuslStatic)).expect("read it");
-    let file = object::File::parse(&*data).expect("ELF parses");
-    assert_eq!(
-        elf_type_and_interpreter(&data),
-        (elf::ET_EXEC, false),
-        "not position-independent, with no PT_INTERP"
+    let data = without_loader(
+        Link::MuslStatic,
+        elf::ET_EXEC,
+        "not position-independent, with no PT_INTERP",
     );
+    let file = object::File::parse(&*data).expect("ELF parses");
     assert!(
         file.dynamic_symbols().next().is_none(),
         "no .dynsym in a static non-PIE executable"

@@ -37,6 +37,12 @@ impl Program {
         Self { child, stdout }
     }
 
+    /// The pid of the next line, which must be `ready <pid>`.
+    fn ready_pid(&mut self) -> String {
+        let [pid] = <[String; 1]>::try_from(self.pids(&["ready"])).expect("one pid");
+        pid
+    }
+
     /// The pids of the next `words.len()` lines `<word> <pid>`, in the order of `words`
     /// (a parent and its forked child print in either order).
     fn pids(&mut self, words: &[&str]) -> Vec<String> {
@@ -234,7 +240,7 @@ fn three_threads(
 fn c_threads(link: Link) {
     let exe = compile("threads", link);
     let mut program = Program::start(&mut Command::new(exe));
-    let [pid] = <[String; 1]>::try_from(program.pids(&["ready"])).expect("one pid");
+    let pid = program.ready_pid();
     three_threads(
         &pid,
         0x11,
@@ -267,7 +273,7 @@ fn c_threads_with_the_musl_static_library_as_static_pie() {
 fn c_append_and_truncate_in_place() {
     let exe = compile("append", Link::Shared);
     let mut program = Program::start(&mut Command::new(exe));
-    let [pid] = <[String; 1]>::try_from(program.pids(&["ready"])).expect("one pid");
+    let pid = program.ready_pid();
     let doc = show(&pid);
     let contexts: Vec<&Value> = doc["threads"]
         .as_array()
@@ -299,7 +305,7 @@ fn c_append_and_truncate_in_place() {
 fn python_threads_through_ctypes() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/threads.py");
     let mut program = Program::start(Command::new("python3").arg(script).arg(&built().shared));
-    let [pid] = <[String; 1]>::try_from(program.pids(&["ready"])).expect("one pid");
+    let pid = program.ready_pid();
     three_threads(
         &pid,
         0x21,

@@ -12,11 +12,12 @@
 //! time encoding, the protocol's writes and syscalls, and the caller's input going away.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use otel_ctx_writer::process::{Attributes, OwnedValue, Publisher, Resource};
 
+#[path = "criterion_config.rs"]
+mod criterion_config;
 #[path = "process_inputs.rs"]
 mod inputs;
 
@@ -107,16 +108,9 @@ fn update(c: &mut Criterion) {
     publisher.unpublish().expect("unpublish");
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(50)
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = criterion_config::config();
     targets = publish_unpublish, update
 }
 criterion_main!(benches);

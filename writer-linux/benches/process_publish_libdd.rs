@@ -9,7 +9,6 @@
 //! the `ProcessContext` it built once `publish` returns.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use libdd_library_config::otel_process_ctx;
@@ -19,6 +18,8 @@ use libdd_trace_protobuf::opentelemetry::proto::common::v1::{
 use libdd_trace_protobuf::opentelemetry::proto::resource::v1::Resource;
 use prost::Message;
 
+#[path = "criterion_config.rs"]
+mod criterion_config;
 #[path = "process_inputs.rs"]
 mod inputs;
 
@@ -119,16 +120,9 @@ fn update(c: &mut Criterion) {
     otel_process_ctx::unpublish().expect("unpublish");
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(50)
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = criterion_config::config();
     targets = publish_unpublish, update
 }
 criterion_main!(benches);

@@ -27,12 +27,13 @@
 //! cannot see through, as a caller does (the libdd rows do the same).
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use otel_ctx_writer::thread::{self, Attached, Key, ThreadContext};
 
+#[path = "criterion_config.rs"]
+mod criterion_config;
 #[path = "thread_inputs.rs"]
 mod inputs;
 
@@ -189,16 +190,9 @@ fn with_labels(c: &mut Criterion) {
     group.finish();
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(50)
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = criterion_config::config();
     targets = attach_detach, swap, update, with_labels
 }
 criterion_main!(benches);

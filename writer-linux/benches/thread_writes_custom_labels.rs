@@ -7,13 +7,15 @@
 //! glibc here. Elsewhere this binary only says so.
 
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+#[path = "criterion_config.rs"]
+mod criterion_config;
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 #[path = "thread_inputs.rs"]
 mod inputs;
 
 #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
 mod bench {
     use std::hint::black_box;
-    use std::time::Duration;
 
     use criterion::{criterion_group, Criterion};
 
@@ -30,16 +32,9 @@ mod bench {
             });
     }
 
-    fn config() -> Criterion {
-        Criterion::default()
-            .warm_up_time(Duration::from_millis(500))
-            .measurement_time(Duration::from_secs(2))
-            .sample_size(50)
-    }
-
     criterion_group! {
         name = benches;
-        config = config();
+        config = super::criterion_config::config();
         targets = with_labels
     }
 

@@ -4,12 +4,13 @@
 //! update builds its attribute list on each call.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use libdd_otel_thread_ctx::linux::OwnedThreadContext;
 
+#[path = "criterion_config.rs"]
+mod criterion_config;
 #[path = "thread_inputs.rs"]
 mod inputs;
 
@@ -76,16 +77,9 @@ fn update(c: &mut Criterion) {
     drop(OwnedThreadContext::detach());
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(50)
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = criterion_config::config();
     targets = attach_detach, swap, update
 }
 criterion_main!(benches);

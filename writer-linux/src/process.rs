@@ -103,7 +103,7 @@ pub use attributes::Attributes;
 pub use buffer::BufferPublisher;
 pub use error::{Error, Step};
 pub use mapping::Backing;
-#[doc(hidden)]
+#[cfg(feature = "test-seams")]
 pub use mapping::Syscalls;
 #[cfg(feature = "alloc")]
 pub use otel_ctx_codec::owned::{OwnedKeyValue, OwnedProcessContext, OwnedValue};

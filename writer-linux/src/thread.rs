@@ -106,6 +106,8 @@ mod registry;
 mod slot;
 #[cfg(target_os = "linux")]
 mod storage;
+#[cfg(target_os = "linux")]
+mod store;
 
 #[cfg(target_os = "linux")]
 pub use context::{
@@ -120,6 +122,11 @@ pub use key::Key;
 pub use key_map::{KeyMap, KeyMapFull};
 #[cfg(all(feature = "std", target_os = "linux"))]
 pub use registry::{register, register_all, registered_keys, RegistryError};
+/// Why an attribute key could not be registered. Outside Linux there is no registry (no
+/// [`register`]): code that registers keys only on Linux, and does nothing elsewhere (the
+/// integrations), names this error everywhere, and outside Linux it cannot occur.
+#[cfg(all(feature = "std", not(target_os = "linux")))]
+pub type RegistryError = core::convert::Infallible;
 #[cfg(target_os = "linux")]
 pub use slot::{attached_record_address, tls_slot_address};
 #[cfg(target_os = "linux")]

@@ -19,6 +19,9 @@ use otel_ctx_writer::thread::{
     self, tls_slot_address, Attached, ContextError, KeyMap, RecordPool, ThreadContext,
 };
 
+mod thread_support;
+use thread_support::with_own_record;
+
 /// Whether an allocation now is a failure of the code under test.
 static ARMED: AtomicBool = AtomicBool::new(false);
 
@@ -150,14 +153,11 @@ fn run(out: &mut Published) {
     thread::append(method, "GET").expect("append");
     thread::append(route, "dropped").expect("append");
     assert_eq!(thread::truncate_attrs(2), Ok(2));
-    // SAFETY: this thread's slot, which points at the record attached above; nothing
-    // writes it while it is copied.
-    unsafe {
-        let record = tls_slot_address().read();
-        let size = 28 + usize::from(u16::from_ne_bytes([*record.add(26), *record.add(27)]));
-        out.record[..size].copy_from_slice(std::slice::from_raw_parts(record, size));
-        out.record_len = size;
-    }
+    with_own_record(|record| {
+        out.record[..record.len()].copy_from_slice(record);
+        out.record_len = record.len();
+    })
+    .expect("a record is attached");
 
     let storage = RECORDS.take().expect("a second storage");
     // A capacity out of range hands the storage back with the error.

@@ -13,14 +13,6 @@ fn resource(name: &str) -> Resource {
         .expect("build the resource")
 }
 
-fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), String> {
-    if condition {
-        Ok(())
-    } else {
-        Err(message())
-    }
-}
-
 /// In the child: publish a context of its own and read it back at its address.
 fn child_publishes_its_own(dontfork: bool) -> Result<(), String> {
     let own = Publisher::publish(resource("child"), Attributes::new())
@@ -88,27 +80,8 @@ fn inherited_publisher_is_inert_and_the_child_publishes_its_own() {
 
     let outcome = in_child(|| {
         // The child's copy of the handle; the parent's stays in its own `slot`.
-        let inherited = slot.take().ok_or("no publisher")?;
-        check(inherited.is_inherited(), || {
-            "is_inherited() is false in the child".to_string()
-        })?;
-        check(inherited.header().is_none(), || {
-            "the child read a header it does not have".to_string()
-        })?;
-        let mut inherited = inherited;
-        let current_pid = rustix::process::getpid().as_raw_nonzero().get();
-        let err = inherited
-            .update_with(|r, _| {
-                r.set("service.name", "overwritten");
-            })
-            .unwrap_err();
-        check(
-            err == Error::InheritedAcrossFork {
-                publisher_pid: parent_pid,
-                current_pid,
-            },
-            || format!("update in the child: {err:?}"),
-        )?;
+        let mut inherited = slot.take().ok_or("no publisher")?;
+        inert_in_child(&mut inherited, parent_pid)?;
         // Dropping the inherited handle must neither write to nor unmap the parent's
         // address: where the mapping was not inherited, a write would fault.
         drop(inherited);
@@ -198,6 +171,29 @@ fn current_pid() -> i32 {
     rustix::process::getpid().as_raw_nonzero().get()
 }
 
+/// In a forked child: `inherited`, published by `publisher_pid`, knows it is inherited,
+/// reads no header and refuses an update with `InheritedAcrossFork`.
+fn inert_in_child(inherited: &mut Publisher, publisher_pid: i32) -> Result<(), String> {
+    check(inherited.is_inherited(), || {
+        "is_inherited() is false in the child".to_string()
+    })?;
+    check(inherited.header().is_none(), || {
+        "the child read a header it does not have".to_string()
+    })?;
+    let err = inherited
+        .update_with(|r, _| {
+            r.set("service.name", "overwritten");
+        })
+        .unwrap_err();
+    check(
+        err == Error::InheritedAcrossFork {
+            publisher_pid,
+            current_pid: current_pid(),
+        },
+        || format!("update in the child: {err:?}"),
+    )
+}
+
 /// In a child with the publisher's pid: `inherited` must act as inherited. Stops at the
 /// first check that fails, as every later one would touch the parent's (absent) mapping
 /// if the child took the publisher for its own.
@@ -212,24 +208,7 @@ fn inherited_checks(inherited: &mut Publisher, address: usize) -> Result<(), Str
     check(!mapping_covers(address), || {
         format!("the child has a mapping at the parent's context address {address:#x}")
     })?;
-    check(inherited.is_inherited(), || {
-        "is_inherited() is false in a child with the publisher's pid".to_string()
-    })?;
-    check(inherited.header().is_none(), || {
-        "the child read a header it does not have".to_string()
-    })?;
-    let err = inherited
-        .update_with(|r, _| {
-            r.set("service.name", "overwritten");
-        })
-        .unwrap_err();
-    check(
-        err == Error::InheritedAcrossFork {
-            publisher_pid: 1,
-            current_pid: 1,
-        },
-        || format!("update in the child: {err:?}"),
-    )
+    inert_in_child(inherited, 1)
 }
 
 #[test]

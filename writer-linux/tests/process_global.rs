@@ -3,7 +3,7 @@
 mod process_support;
 
 use otel_ctx_codec::proto::AnyValueView;
-use otel_ctx_codec::threadlocal::{ThreadlocalView, MAX_KEY_MAP_LEN, SCHEMA_TLSDESC_V1_DEV};
+use otel_ctx_codec::threadlocal::{MAX_KEY_MAP_LEN, SCHEMA_TLSDESC_V1_DEV};
 use otel_ctx_writer::process::{global, Error, OwnedValue, Publisher, Resource};
 use process_support::*;
 
@@ -22,18 +22,6 @@ fn read_global() -> ReadBack {
         unsafe { read_back_published(publisher.address()) }.expect("read back")
     })
     .expect("a context is published")
-}
-
-fn key_map(back: &ReadBack) -> (Option<String>, Vec<String>) {
-    let view = back.view();
-    let threadlocal = ThreadlocalView::from_context(&view).expect("reference data");
-    (
-        threadlocal.schema_version.map(str::to_string),
-        threadlocal
-            .key_map
-            .map(|m| m.iter().map(str::to_string).collect())
-            .unwrap_or_default(),
-    )
 }
 
 // One test: the global state lives for the whole process, so its steps depend on order.
@@ -57,7 +45,7 @@ fn global_publish_reference_data_update_unpublish() {
     assert!(global::is_published());
     let first = read_global();
     assert_eq!(
-        key_map(&first),
+        first.key_map(),
         (
             Some(SCHEMA_TLSDESC_V1_DEV.to_string()),
             vec!["http.route".to_string()]
@@ -75,7 +63,7 @@ fn global_publish_reference_data_update_unpublish() {
     global::set_thread_reference_data(SCHEMA_TLSDESC_V1_DEV, &["http.route", "user.id"]).unwrap();
     let second = read_global();
     assert!(second.header.monotonic_published_at_ns > first.header.monotonic_published_at_ns);
-    assert_eq!(key_map(&second).1, ["http.route", "user.id"]);
+    assert_eq!(second.key_map().1, ["http.route", "user.id"]);
 
     // The key map is append-only and bounded.
     let err = global::set_thread_reference_data(SCHEMA_TLSDESC_V1_DEV, &["user.id"]).unwrap_err();
@@ -122,7 +110,7 @@ fn global_publish_reference_data_update_unpublish() {
         view.attribute_value("deployment.slot"),
         Some(AnyValueView::String("blue"))
     );
-    assert_eq!(key_map(&third).0.as_deref(), Some(SCHEMA_TLSDESC_V1_DEV));
+    assert_eq!(third.key_map().0.as_deref(), Some(SCHEMA_TLSDESC_V1_DEV));
     let schema_keys = view
         .attributes()
         .filter(|kv| kv.key == "threadlocal.schema_version")
@@ -155,7 +143,7 @@ fn global_publish_reference_data_update_unpublish() {
     // Reference data and extra attributes are kept for the next publish.
     global::publish(resource("4")).expect("publish after unpublish");
     let fifth = read_global();
-    assert_eq!(key_map(&fifth).1, ["http.route", "user.id"]);
+    assert_eq!(fifth.key_map().1, ["http.route", "user.id"]);
     assert_eq!(
         OwnedValue::from(fifth.view().attribute_value("deployment.slot").unwrap()),
         OwnedValue::from("blue")
@@ -179,8 +167,8 @@ fn global_publish_reference_data_update_unpublish() {
             unsafe { read_context(publisher.address()) }
         })
         .ok_or("not published in the child")??;
-        if key_map(&back).1 != ["http.route", "user.id", "c"] {
-            return Err(format!("child key map {:?}", key_map(&back)));
+        if back.key_map().1 != ["http.route", "user.id", "c"] {
+            return Err(format!("child key map {:?}", back.key_map()));
         }
         global::unpublish().map_err(|e| format!("unpublish in the child: {e}"))?;
         Ok(ChildOutcome::Passed)

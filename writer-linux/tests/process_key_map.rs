@@ -6,7 +6,7 @@
 mod process_support;
 
 use otel_ctx_codec::proto::AnyValueView;
-use otel_ctx_codec::threadlocal::{ThreadlocalView, SCHEMA_TLSDESC_V1_DEV};
+use otel_ctx_codec::threadlocal::SCHEMA_TLSDESC_V1_DEV;
 use otel_ctx_writer::process::{global, Attributes, Publisher, Resource};
 use otel_ctx_writer::thread::{register, register_all};
 use process_support::*;
@@ -24,14 +24,10 @@ fn resource(version: &str) -> Resource {
 fn published_key_map(address: usize) -> (Option<String>, Vec<String>, u64) {
     // SAFETY: the caller's publisher is alive and not changed during the read.
     let back = unsafe { read_back_published(address) }.expect("read back");
-    let view = back.view();
-    let threadlocal = ThreadlocalView::from_context(&view).expect("well-formed reference data");
+    let (schema_version, key_map) = back.key_map();
     (
-        threadlocal.schema_version.map(str::to_owned),
-        threadlocal
-            .key_map
-            .map(|map| map.iter().map(str::to_owned).collect())
-            .unwrap_or_default(),
+        schema_version,
+        key_map,
         back.header.monotonic_published_at_ns,
     )
 }

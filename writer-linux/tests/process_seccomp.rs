@@ -47,12 +47,17 @@ fn deny_memfd_create() -> Result<Option<String>, String> {
     }
 }
 
-fn expect(condition: bool, message: impl FnOnce() -> String) -> Result<(), String> {
-    if condition {
-        Ok(())
-    } else {
-        Err(message())
-    }
+/// Whether `publisher` fell back to an anonymous mapping because `memfd_create` was
+/// denied (`EPERM`, from the filter).
+fn backed_anonymously(publisher: &Publisher) -> Result<(), String> {
+    let backing = publisher.backing();
+    check(
+        backing
+            == Backing::Anonymous {
+                memfd_error: Errno::PERM,
+            },
+        || format!("backing {backing:?}"),
+    )
 }
 
 /// Reads a context published into a named anonymous mapping back by its name.
@@ -60,11 +65,11 @@ fn check_named_anonymous(publisher: &Publisher) -> Result<(), String> {
     // SAFETY: `publisher` is alive and borrowed for the whole read.
     let back = unsafe { read_back_published(publisher.address()) }?;
     let found = context_mappings();
-    expect(found[0].name == "[anon:OTEL_CTX]", || {
+    check(found[0].name == "[anon:OTEL_CTX]", || {
         format!("named anonymous mapping shows as {found:?}")
     })?;
     let name = back.view().resource_value("service.name");
-    expect(name == Some(AnyValueView::String("sandboxed")), || {
+    check(name == Some(AnyValueView::String("sandboxed")), || {
         format!("service.name read back as {name:?}")
     })
 }
@@ -79,24 +84,18 @@ fn memfd_denied_by_seccomp() {
         let naming = naming_supported();
         match Publisher::publish(resource(), Attributes::new()) {
             Ok(publisher) => {
-                expect(naming, || {
+                check(naming, || {
                     "published although neither memfd nor naming works here".to_string()
                 })?;
-                expect(
-                    publisher.backing()
-                        == Backing::Anonymous {
-                            memfd_error: Errno::PERM,
-                        },
-                    || format!("backing {:?}", publisher.backing()),
-                )?;
-                expect(publisher.is_named(), || "not named".to_string())?;
+                backed_anonymously(&publisher)?;
+                check(publisher.is_named(), || "not named".to_string())?;
                 check_named_anonymous(&publisher)?;
             }
             Err(err) => {
-                expect(!naming, || {
+                check(!naming, || {
                     format!("naming works here, yet publish failed: {err}")
                 })?;
-                expect(
+                check(
                     matches!(
                         err,
                         Error::Undiscoverable {
@@ -107,12 +106,12 @@ fn memfd_denied_by_seccomp() {
                     || format!("expected Undiscoverable with EPERM, got {err:?}"),
                 )?;
                 let message = err.to_string();
-                expect(
+                check(
                     message.contains("memfd_create denied (EPERM)")
                         && message.contains("no reader can find it"),
                     || format!("message: {message}"),
                 )?;
-                expect(context_mappings().is_empty(), || {
+                check(context_mappings().is_empty(), || {
                     "a context mapping was left behind".to_string()
                 })?;
             }
@@ -143,13 +142,7 @@ fn memfd_denied_by_seccomp_with_naming_simulated() {
         let mut publisher =
             Publisher::publish_with_syscalls(resource(), Attributes::new(), syscalls)
                 .map_err(|e| format!("publish with naming simulated: {e}"))?;
-        expect(
-            publisher.backing()
-                == Backing::Anonymous {
-                    memfd_error: Errno::PERM,
-                },
-            || format!("backing {:?}", publisher.backing()),
-        )?;
+        backed_anonymously(&publisher)?;
         // SAFETY: `publisher` is alive and borrowed for the whole read.
         let first = unsafe { read_context(publisher.address()) }?;
         publisher
@@ -159,7 +152,7 @@ fn memfd_denied_by_seccomp_with_naming_simulated() {
             .map_err(|e| format!("update: {e}"))?;
         // SAFETY: as above.
         let second = unsafe { read_context(publisher.address()) }?;
-        expect(
+        check(
             second.header.monotonic_published_at_ns > first.header.monotonic_published_at_ns,
             || "timestamp did not increase".to_string(),
         )?;
@@ -167,7 +160,7 @@ fn memfd_denied_by_seccomp_with_naming_simulated() {
         publisher
             .unpublish()
             .map_err(|e| format!("unpublish: {e}"))?;
-        expect(!mapped_at(address), || "still mapped".to_string())?;
+        check(!mapped_at(address), || "still mapped".to_string())?;
         Ok(ChildOutcome::Passed)
     });
     match outcome {

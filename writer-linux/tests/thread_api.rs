@@ -1,10 +1,13 @@
 //! Attach, detach, swap, scoped guard, in-place update, append and truncate, errors,
 //! per-thread isolation: checked through the TLS slot, the way a reader sees it.
 
-use otel_ctx_codec::record::{RecordView, MAX_RECORD_SIZE};
+use otel_ctx_codec::record::{RecordView, MAX_RECORD_SIZE, RECORD_HEADER_SIZE};
 use otel_ctx_writer::thread::{
     self, attached_record_address, tls_slot_address, ContextError, Key, ThreadContext,
 };
+
+mod thread_support;
+use thread_support::{decode, own_record_bytes};
 
 const ROUTE: Key = Key::from_index(0);
 const METHOD: Key = Key::from_index(1);
@@ -17,33 +20,16 @@ fn read_through_slot() -> Option<Vec<u8>> {
     // thread lives.
     let record = unsafe { tls_slot_address().read() };
     assert_eq!(record, attached_record_address());
-    if record.is_null() {
-        return None;
-    }
-    // SAFETY: an attached record stays live while attached; this thread does not write
-    // it while the test reads it.
-    let header = unsafe { std::slice::from_raw_parts(record, 28) };
-    let size = 28 + usize::from(u16::from_ne_bytes([header[26], header[27]]));
-    assert!(size <= MAX_RECORD_SIZE);
-    // SAFETY: as above; `size` is inside the record's capacity.
-    Some(unsafe { std::slice::from_raw_parts(record, size) }.to_vec())
+    own_record_bytes()
 }
 
 fn attrs_of(bytes: &[u8]) -> Vec<(u8, String)> {
-    let view = RecordView::parse(bytes, MAX_RECORD_SIZE).expect("record parses");
-    assert!(view.header.is_valid(), "record must be valid");
-    view.entries()
-        .map(|(k, v)| (k, String::from_utf8(v.to_vec()).expect("UTF-8 value")))
-        .collect()
+    decode(bytes).attrs
 }
 
 fn ids_of(bytes: &[u8]) -> ([u8; 16], [u8; 8], u8) {
-    let view = RecordView::parse(bytes, MAX_RECORD_SIZE).expect("record parses");
-    (
-        view.header.trace_id,
-        view.header.span_id,
-        view.header.trace_flags,
-    )
+    let record = decode(bytes);
+    (record.trace_id, record.span_id, record.trace_flags)
 }
 
 fn pairs(list: &[(u8, &str)]) -> Vec<(u8, String)> {
@@ -204,7 +190,10 @@ fn append_and_truncate() {
     );
     // Truncating to more entries than there are changes nothing.
     assert_eq!(thread::truncate_attrs(10).unwrap(), 2);
-    assert_eq!(read_through_slot().unwrap().len(), 28 + 4 + 5);
+    assert_eq!(
+        read_through_slot().unwrap().len(),
+        RECORD_HEADER_SIZE + 4 + 5
+    );
     // The released bytes are reused by the next append.
     thread::append(USER, "bob").unwrap();
     assert_eq!(
@@ -212,7 +201,7 @@ fn append_and_truncate() {
         pairs(&[(0, "/r"), (1, "GET"), (2, "bob")])
     );
     assert_eq!(thread::truncate_attrs(0).unwrap(), 0);
-    assert_eq!(read_through_slot().unwrap().len(), 28);
+    assert_eq!(read_through_slot().unwrap().len(), RECORD_HEADER_SIZE);
 
     let mut ctx = thread::detach().unwrap();
     ctx.append(ROUTE, "detached").unwrap();

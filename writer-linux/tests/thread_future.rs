@@ -7,10 +7,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::thread as std_thread;
 
-use otel_ctx_codec::record::{RecordView, MAX_RECORD_SIZE};
 use otel_ctx_writer::thread::{
     self, attached_record_address, Key, ThreadContext, ThreadContextExt,
 };
+
+mod thread_support;
+use thread_support::own_record;
 
 const ROUTE: Key = Key::from_index(0);
 
@@ -24,25 +26,10 @@ struct Seen {
 }
 
 fn seen() -> Option<Seen> {
-    let record = attached_record_address();
-    if record.is_null() {
-        return None;
-    }
-    // SAFETY: the slot points at a record this thread attached, live while attached; this
-    // thread does not write it while the test reads it.
-    let header = unsafe { std::slice::from_raw_parts(record, 28) };
-    let size = 28 + usize::from(u16::from_ne_bytes([header[26], header[27]]));
-    // SAFETY: as above; `size` is the record's own header plus attrs-data size.
-    let bytes = unsafe { std::slice::from_raw_parts(record, size) };
-    let view = RecordView::parse(bytes, MAX_RECORD_SIZE).expect("record parses");
-    assert!(view.header.is_valid(), "an attached record is valid");
-    Some(Seen {
-        trace: view.header.trace_id[0],
-        span: view.header.span_id[0],
-        attrs: view
-            .entries()
-            .map(|(k, v)| (k, String::from_utf8(v.to_vec()).unwrap()))
-            .collect(),
+    own_record().map(|record| Seen {
+        trace: record.trace_id[0],
+        span: record.span_id[0],
+        attrs: record.attrs,
     })
 }
 

@@ -7,6 +7,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use otel_ctx_codec::record::{
+    RecordHeader, ATTRS_DATA_OFFSET, MAX_RECORD_SIZE, RECORD_HEADER_SIZE, SPAN_ID_OFFSET,
+    TRACE_FLAGS_OFFSET, TRACE_ID_OFFSET,
+};
 use otel_ctx_writer::thread::{self, attached_record_address, Key, ThreadContext};
 
 const VALUE_KEY: Key = Key::from_index(0);
@@ -24,7 +28,7 @@ static WRITER_ITERATIONS: AtomicU64 = AtomicU64::new(0);
 const MIN_WRITER_ITERATIONS: u64 = 1_000;
 /// The first inconsistent record, for the failure message.
 static FIRST_BAD_LEN: AtomicUsize = AtomicUsize::new(0);
-static FIRST_BAD: [AtomicU8; 640] = [const { AtomicU8::new(0) }; 640];
+static FIRST_BAD: [AtomicU8; MAX_RECORD_SIZE] = [const { AtomicU8::new(0) }; MAX_RECORD_SIZE];
 
 fn trace_id(c: u64) -> [u8; 16] {
     let mut id = [0u8; 16];
@@ -69,10 +73,13 @@ fn extra_value(c: u64, buf: &mut [u8; 40]) -> &str {
 /// Checks a copied record; returns whether it had the extra attribute.
 fn consistent(record: &[u8]) -> Option<bool> {
     let c = u64::from_ne_bytes(record[..8].try_into().ok()?);
-    if record[..16] != trace_id(c) || record[16..24] != span_id(c) || record[25] != trace_flags(c) {
+    if record[TRACE_ID_OFFSET..TRACE_ID_OFFSET + 16] != trace_id(c)
+        || record[SPAN_ID_OFFSET..SPAN_ID_OFFSET + 8] != span_id(c)
+        || record[TRACE_FLAGS_OFFSET] != trace_flags(c)
+    {
         return None;
     }
-    let attrs = &record[28..];
+    let attrs = &record[ATTRS_DATA_OFFSET..];
     let mut dec = [0u8; 20];
     let value = decimal(c, &mut dec).as_bytes();
     let first_len = 2 + value.len();
@@ -106,22 +113,25 @@ extern "C" fn on_sigprof(_: libc::c_int) {
         NULL_SLOT.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let mut copy = [0u8; 640];
-    // SAFETY: the slot points at a live record of at least 28 bytes; the interrupted
+    let mut copy = [0u8; MAX_RECORD_SIZE];
+    // SAFETY: the slot points at a live record of at least a header; the interrupted
     // thread cannot free it while the handler runs. Volatile reads: the handler must read
     // memory, not what the compiler believes it holds.
-    for (i, b) in copy[..28].iter_mut().enumerate() {
+    for (i, b) in copy[..RECORD_HEADER_SIZE].iter_mut().enumerate() {
         *b = unsafe { record.add(i).read_volatile() };
     }
-    if copy[24] != 1 {
+    let Ok(header) = RecordHeader::read(&copy) else {
+        unreachable!("the copy holds a whole header")
+    };
+    if !header.is_valid() {
         SKIPPED_INVALID.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let size = 28 + usize::from(u16::from_ne_bytes([copy[26], copy[27]]));
-    let ok = if size <= 640 {
+    let size = header.record_size();
+    let ok = if size <= MAX_RECORD_SIZE {
         // SAFETY: as above; `attrs_data_size` stays within the record's capacity.
-        for (i, b) in copy[28..size].iter_mut().enumerate() {
-            *b = unsafe { record.add(28 + i).read_volatile() };
+        for (i, b) in copy[RECORD_HEADER_SIZE..size].iter_mut().enumerate() {
+            *b = unsafe { record.add(RECORD_HEADER_SIZE + i).read_volatile() };
         }
         consistent(&copy[..size])
     } else {
@@ -136,7 +146,7 @@ extern "C" fn on_sigprof(_: libc::c_int) {
         }
         None => {
             if INCONSISTENT.fetch_add(1, Ordering::Relaxed) == 0 {
-                let len = size.min(640);
+                let len = size.min(MAX_RECORD_SIZE);
                 for (slot, byte) in FIRST_BAD.iter().zip(&copy[..len]) {
                     slot.store(*byte, Ordering::Relaxed);
                 }

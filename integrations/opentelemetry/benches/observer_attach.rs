@@ -14,13 +14,15 @@
 //! The observer's own cost is `context_attach_drop/observer - context_attach_drop/no_observer`.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use opentelemetry::Context;
 use otel_ctx_opentelemetry::ThreadContextObserver;
 use otel_ctx_writer::thread::{self, Attached, ThreadContext};
+
+#[path = "../../../writer-linux/benches/criterion_config.rs"]
+mod criterion_config;
 
 fn span_cx() -> Context {
     Context::new().with_remote_span_context(SpanContext::new(
@@ -34,9 +36,6 @@ fn span_cx() -> Context {
 
 fn attach_drop(c: &mut Criterion) {
     let mut group = c.benchmark_group("attach_drop");
-    group
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
 
     let mut held = Some(Attached::Context(
         ThreadContext::new([1; 16], [2; 8], 1, &[]).unwrap(),
@@ -67,5 +66,9 @@ fn attach_drop(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, attach_drop);
+criterion_group! {
+    name = benches;
+    config = criterion_config::config();
+    targets = attach_drop
+}
 criterion_main!(benches);

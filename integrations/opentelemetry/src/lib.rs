@@ -1,6 +1,18 @@
 //! The OpenTelemetry SDK's state, shared with out-of-process readers: its `Resource` as the
 //! process context (OTEP 4719) and its active span as the thread context (OTEP 4947).
 //!
+//! ```no_run
+//! use opentelemetry::trace::{Tracer, TracerProvider as _};
+//! use opentelemetry_sdk::trace::SdkTracerProvider;
+//!
+//! let provider = SdkTracerProvider::builder()
+//!     .with_span_processor(otel_ctx_opentelemetry::ProcessContextProcessor::new())
+//!     .build(); // publishes the provider's Resource
+//! provider.tracer("checkout").in_span("request", |cx| {
+//!     let _guard = otel_ctx_opentelemetry::attach(&cx); // a profiler sees this span
+//! });
+//! ```
+//!
 //! - [`ProcessContextProcessor`]: a [`SpanProcessor`] that does nothing per span; the
 //!   tracer provider hands it the `Resource` when it is built
 //!   ([`SpanProcessor::set_resource`]), and it publishes it.
@@ -16,18 +28,6 @@
 //!
 //! Outside Linux there is no process context and no thread-context slot: the same API
 //! builds and does nothing.
-//!
-//! ```no_run
-//! use opentelemetry::trace::{Tracer, TracerProvider as _};
-//! use opentelemetry_sdk::trace::SdkTracerProvider;
-//!
-//! let provider = SdkTracerProvider::builder()
-//!     .with_span_processor(otel_ctx_opentelemetry::ProcessContextProcessor::new())
-//!     .build(); // publishes the provider's Resource
-//! provider.tracer("checkout").in_span("request", |cx| {
-//!     let _guard = otel_ctx_opentelemetry::attach(&cx); // a profiler sees this span
-//! });
-//! ```
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -54,6 +54,8 @@ use otel_ctx_writer::thread::Key;
 use otel_ctx_writer::thread::{self, Attached, ThreadContext};
 
 #[cfg(feature = "context-observer")]
+mod install;
+#[cfg(feature = "context-observer")]
 #[cfg_attr(not(target_os = "linux"), path = "observer_noop.rs")]
 pub mod observer;
 #[cfg(feature = "context-observer")]
@@ -67,13 +69,9 @@ pub type PublishError = process::Error;
 #[cfg(not(target_os = "linux"))]
 pub type PublishError = std::convert::Infallible;
 
-/// Why an attribute key could not be registered (see `otel_ctx_writer::thread::register`).
-#[cfg(target_os = "linux")]
+/// The writer's `otel_ctx_writer::thread::RegistryError`: outside Linux no key is
+/// registered and nothing fails.
 pub use otel_ctx_writer::thread::RegistryError;
-/// Why an attribute key could not be registered. Outside Linux no key is registered and
-/// nothing fails.
-#[cfg(not(target_os = "linux"))]
-pub type RegistryError = std::convert::Infallible;
 
 /// `service.instance.id`, which the SDK's default resource leaves out.
 #[cfg(target_os = "linux")]

@@ -37,7 +37,6 @@
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::fmt;
 use std::ptr;
 use std::sync::{Arc, Mutex, TryLockError};
 
@@ -45,6 +44,7 @@ use opentelemetry::context::{ContextObserver, GlobalContextObserver, ObserverCon
 use opentelemetry::Context;
 use otel_ctx_writer::thread::{self, Attached, Key, RegistryError, ThreadContext};
 
+pub use crate::install::InstallError;
 use crate::record_for;
 
 /// Keeps the calling thread's `otel_thread_ctx_v1` record on the OpenTelemetry `Context`
@@ -93,32 +93,6 @@ impl ThreadContextObserverBuilder {
         }
     }
 }
-
-/// Why [`ThreadContextObserver::install`] did not install the observer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InstallError {
-    /// A [`ThreadContextObserver`] was installed before: that one stays.
-    AlreadyInstalled,
-    /// Another context observer is installed in this process, and the API keeps one.
-    OtherObserver,
-}
-
-impl fmt::Display for InstallError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::AlreadyInstalled => {
-                "a thread-context observer is already installed in this process; the first \
-                 one stays"
-            }
-            Self::OtherObserver => {
-                "another OpenTelemetry context observer is installed in this process, and \
-                 there can be only one"
-            }
-        })
-    }
-}
-
-impl std::error::Error for InstallError {}
 
 impl ThreadContextObserver {
     /// An observer that records ids and flags, and the attributes contexts carry

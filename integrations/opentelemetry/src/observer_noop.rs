@@ -2,8 +2,7 @@
 //! builder and `install`, so that a service sets it up the same way everywhere; nothing is
 //! installed, and `Context::attach` stays as it is.
 
-use std::fmt;
-
+pub use crate::install::InstallError;
 use crate::RegistryError;
 
 /// Keeps the calling thread's `otel_thread_ctx_v1` record on the OpenTelemetry `Context`
@@ -37,26 +36,6 @@ impl ThreadContextObserverBuilder {
         ThreadContextObserver::default()
     }
 }
-
-/// Why [`ThreadContextObserver::install`] did not install the observer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InstallError {
-    /// A [`ThreadContextObserver`] was installed before: that one stays.
-    AlreadyInstalled,
-    /// Another context observer is installed in this process, and the API keeps one.
-    OtherObserver,
-}
-
-impl fmt::Display for InstallError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::AlreadyInstalled => "a thread-context observer is already installed",
-            Self::OtherObserver => "another OpenTelemetry context observer is installed",
-        })
-    }
-}
-
-impl std::error::Error for InstallError {}
 
 impl ThreadContextObserver {
     /// An observer that records ids and flags.

@@ -3,7 +3,7 @@
 
 use std::thread as std_thread;
 
-use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
@@ -16,17 +16,7 @@ use otel_ctx_writer::thread::{attached_record_address, Key, ThreadContext};
 
 mod support;
 
-use support::seen;
-
-fn remote(trace: u8, span: u8, flags: u8) -> Context {
-    Context::new().with_remote_span_context(SpanContext::new(
-        TraceId::from_bytes([trace; 16]),
-        SpanId::from_bytes([span; 8]),
-        TraceFlags::new(flags),
-        true,
-        TraceState::default(),
-    ))
-}
+use support::{remote, seen};
 
 #[test]
 fn values_keep_their_types() {

@@ -22,7 +22,7 @@ use otel_ctx_writer::thread::{self, attached_record_address, Key, ThreadContext}
 
 mod support;
 
-use support::{seen, Seen};
+use support::{remote, seen, Seen};
 
 fn ids(trace: u8, span: u8, flags: u8) -> Option<Seen> {
     Some(([trace; 16], [span; 8], flags, vec![]))
@@ -50,13 +50,7 @@ fn observer() {
 /// A context with a remote span context, made after the observer is installed.
 fn span_cx(trace: u8, span: u8, flags: u8) -> Context {
     observer();
-    Context::new().with_remote_span_context(SpanContext::new(
-        TraceId::from_bytes([trace; 16]),
-        SpanId::from_bytes([span; 8]),
-        TraceFlags::new(flags),
-        true,
-        TraceState::default(),
-    ))
+    remote(trace, span, flags)
 }
 
 /// Runs `f` on a new thread, whose slot starts empty.

@@ -16,7 +16,6 @@
 //! `tracing-opentelemetry` `otel_layer_enter_exit - otel_enter_exit`.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use otel_ctx_tracing::ThreadContextLayer;
@@ -24,11 +23,11 @@ use otel_ctx_writer::thread::{self, Attached, ThreadContext};
 use tracing::{dispatcher, Dispatch};
 use tracing_subscriber::prelude::*;
 
+#[path = "../../../writer-linux/benches/criterion_config.rs"]
+mod criterion_config;
+
 fn enter_exit(c: &mut Criterion) {
     let mut group = c.benchmark_group("enter_exit");
-    group
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
 
     let mut held = Some(Attached::Context(
         ThreadContext::new([1; 16], [2; 8], 1, &[]).unwrap(),
@@ -96,5 +95,9 @@ fn with_opentelemetry(group: &mut criterion::BenchmarkGroup<'_, criterion::measu
     });
 }
 
-criterion_group!(benches, enter_exit);
+criterion_group! {
+    name = benches;
+    config = criterion_config::config();
+    targets = enter_exit
+}
 criterion_main!(benches);

@@ -1,19 +1,22 @@
 //! A [`tracing_subscriber::Layer`] that keeps the OpenTelemetry thread context (OTEP 4947)
 //! of each thread on the `tracing` span it is in.
 //!
-//! A profiler that stops a thread reads its `otel_thread_ctx_v1` record: trace id, span
-//! id, trace flags and a few attributes. With [`ThreadContextLayer`] installed, that
-//! record is the one of the span the thread has entered, on whatever worker thread an
-//! async task runs, with no call in the service's own code:
-//!
 //! ```
 //! use tracing_subscriber::prelude::*;
 //!
 //! let layer = otel_ctx_tracing::ThreadContextLayer::new().with_attribute("http.route")?;
 //! tracing_subscriber::registry().with(layer).init();
-//! tracing::info_span!("request", http.route = "/cart").in_scope(|| { /* attached here */ });
-//! # Ok::<(), otel_ctx_writer::thread::RegistryError>(())
+//! tracing::info_span!("request", http.route = "/cart").in_scope(|| {
+//!     // While the span is entered, a profiler that stops this thread reads its trace id,
+//!     // span id, flags and `http.route` in the thread's `otel_thread_ctx_v1` record.
+//! });
+//! # Ok::<(), otel_ctx_tracing::RegistryError>(())
 //! ```
+//!
+//! A profiler that stops a thread reads its `otel_thread_ctx_v1` record: trace id, span
+//! id, trace flags and a few attributes. With [`ThreadContextLayer`] installed, that
+//! record is the one of the span the thread has entered, on whatever worker thread an
+//! async task runs, with no call in the service's own code.
 //!
 //! # What each span callback does
 //!
@@ -37,8 +40,8 @@
 //! Outside Linux there is no `otel_thread_ctx_v1` slot: the layer keeps its builder
 //! methods and does nothing, so that a service builds the same subscriber everywhere.
 //!
-//! With the `demo-service` feature, `otel_ctx_tracing::demo` is the demo service of the `traced_service`
-//! example and of `otel-ctx demo`.
+//! With the `demo-service` feature, `otel_ctx_tracing::demo` is the demo service of the
+//! `traced_service` example and of `otel-ctx demo`.
 //!
 //! A span entered on two threads at once gets a second record for the second thread,
 //! built on that enter. The export of `otel_thread_ctx_v1` in the binary's `.dynsym` is the
@@ -59,14 +62,9 @@ pub use layer::{span_ids, ThreadContextLayer};
 #[cfg(not(target_os = "linux"))]
 pub use noop::{span_ids, ThreadContextLayer};
 
-/// Why an attribute key could not be registered (the key map is full, or a name is not
-/// valid). Outside Linux no key is registered and nothing fails.
-#[cfg(target_os = "linux")]
+/// The writer's `otel_ctx_writer::thread::RegistryError`: outside Linux no key is
+/// registered and nothing fails.
 pub use otel_ctx_writer::thread::RegistryError;
-/// Why an attribute key could not be registered. Outside Linux no key is registered and
-/// nothing fails.
-#[cfg(not(target_os = "linux"))]
-pub type RegistryError = std::convert::Infallible;
 
 /// The trace flags of a span whose ids this layer generated: sampled, since the span is
 /// being recorded by the subscriber.

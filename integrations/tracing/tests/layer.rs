@@ -5,44 +5,15 @@
 use std::sync::mpsc;
 use std::thread as std_thread;
 
-use otel_ctx_codec::record::{RecordView, MAX_RECORD_SIZE};
 use otel_ctx_tracing::{span_ids, SpanIds, ThreadContextLayer};
 use otel_ctx_writer::thread::{self, attached_record_address, Key, ThreadContext};
 use tracing::{dispatcher, Dispatch};
 use tracing_subscriber::prelude::*;
 
-/// What a reader would see on the calling thread now (`None`: the slot is NULL).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Seen {
-    trace_id: [u8; 16],
-    span_id: [u8; 8],
-    trace_flags: u8,
-    attrs: Vec<(u8, String)>,
-}
-
-fn seen() -> Option<Seen> {
-    let record = attached_record_address();
-    if record.is_null() {
-        return None;
-    }
-    // SAFETY: the slot points at a record attached on this thread, live while attached;
-    // this thread does not write it while the test reads it.
-    let header = unsafe { std::slice::from_raw_parts(record, 28) };
-    let size = 28 + usize::from(u16::from_ne_bytes([header[26], header[27]]));
-    // SAFETY: as above; `size` is the record's header plus its attrs-data size.
-    let bytes = unsafe { std::slice::from_raw_parts(record, size) };
-    let view = RecordView::parse(bytes, MAX_RECORD_SIZE).expect("record parses");
-    assert!(view.header.is_valid(), "an attached record is valid");
-    Some(Seen {
-        trace_id: view.header.trace_id,
-        span_id: view.header.span_id,
-        trace_flags: view.header.trace_flags,
-        attrs: view
-            .entries()
-            .map(|(k, v)| (k, String::from_utf8(v.to_vec()).unwrap()))
-            .collect(),
-    })
-}
+#[path = "../../../writer-linux/tests/thread_support/mod.rs"]
+mod thread_support;
+// What a reader would see on the calling thread now (`None`: the slot is NULL).
+use thread_support::{own_record as seen, OwnRecord as Seen};
 
 fn route_key() -> u8 {
     thread::register("http.route").unwrap().index()

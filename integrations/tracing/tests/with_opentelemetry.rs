@@ -4,27 +4,17 @@
 
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use otel_ctx_codec::record::{RecordView, MAX_RECORD_SIZE};
 use otel_ctx_tracing::{span_ids, ThreadContextLayer};
-use otel_ctx_writer::thread::attached_record_address;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::prelude::*;
 
+#[path = "../../../writer-linux/tests/thread_support/mod.rs"]
+mod thread_support;
+use thread_support::own_record;
+
 /// Trace id, span id and trace flags of the calling thread's record.
 fn seen_ids() -> Option<([u8; 16], [u8; 8], u8)> {
-    let record = attached_record_address();
-    if record.is_null() {
-        return None;
-    }
-    // SAFETY: the slot points at a record attached on this thread, live while attached;
-    // this thread does not write it while the test reads it.
-    let bytes = unsafe { std::slice::from_raw_parts(record, 28) };
-    let view = RecordView::parse(bytes, MAX_RECORD_SIZE).expect("record parses");
-    Some((
-        view.header.trace_id,
-        view.header.span_id,
-        view.header.trace_flags,
-    ))
+    own_record().map(|record| (record.trace_id, record.span_id, record.trace_flags))
 }
 
 #[test]

@@ -1,19 +1,15 @@
 //! Build-script helper that exports `otel_thread_ctx_v1` in `.dynsym`.
 //!
+//! ```no_run
+//! // In `fn main()` of the `build.rs` of the package that builds the binary or `cdylib`,
+//! // with this crate in its `[build-dependencies]` (`otel-ctx-export = { version = "0.1" }`):
+//! otel_ctx_export::export_tls_symbol();
+//! ```
+//!
 //! Readers of thread context (OTEP 4947) find the thread-context slot through the dynamic
 //! symbol table, even in executables, where linkers leave most symbols out of it. Call
 //! [`export_tls_symbol`] from the `build.rs` of the package that builds the binary or
-//! `cdylib`, with this crate as a build-dependency:
-//!
-//! ```toml
-//! [build-dependencies]
-//! otel-ctx-export = { version = "0.1" }
-//! ```
-//!
-//! ```no_run
-//! // in build.rs, fn main():
-//! otel_ctx_export::export_tls_symbol();
-//! ```
+//! `cdylib`, with this crate as a build-dependency, as above.
 //!
 //! A build-dependency is compiled for the build host, not for the target, so this crate has
 //! no platform code and no dependency but `std`: it reads the target from cargo's

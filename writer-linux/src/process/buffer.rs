@@ -57,22 +57,25 @@ impl BufferPublisher {
     /// A publisher that encodes each payload into one of these two buffers (each must hold
     /// the largest payload it will publish, at most 64 KiB). Nothing is published yet.
     pub fn new(first: &'static mut [u8], second: &'static mut [u8]) -> Self {
-        Self::with_syscalls(first, second, Syscalls::default())
+        Self {
+            buffers: [first, second],
+            published: None,
+            syscalls: Syscalls::default(),
+        }
     }
 
     /// [`new`](Self::new), with `memfd_create` and the naming `prctl` replaced: lets tests
-    /// take the branches of kernels and sandboxes they do not run on.
-    #[doc(hidden)]
+    /// take the branches of kernels and sandboxes they do not run on (feature `test-seams`,
+    /// which only this crate's tests turn on).
+    #[cfg(feature = "test-seams")]
     pub fn with_syscalls(
         first: &'static mut [u8],
         second: &'static mut [u8],
         syscalls: Syscalls,
     ) -> Self {
-        Self {
-            buffers: [first, second],
-            published: None,
-            syscalls,
-        }
+        let mut publisher = Self::new(first, second);
+        publisher.syscalls = syscalls;
+        publisher
     }
 
     /// Publishes `context` as this process's context (protocol steps 1 to 9).

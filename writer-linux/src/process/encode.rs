@@ -1,7 +1,8 @@
 //! Encoding the resource and extra attributes into the `ProcessContext` payload, after
 //! checking that readers will accept it: into a caller's buffer from the codec's borrowed
 //! model ([`encode_into`]), or, with `alloc`, into a new heap buffer from its owned model
-//! ([`encode_payload`]). Both check the same limits, walking the model they are given.
+//! ([`encode_payload`]). Both check the codec's rules ([`ProcessContext::check_limits`],
+//! [`OwnedProcessContext::check_limits`]) with the default [`Limits`] readers decode with.
 
 #[cfg(feature = "alloc")]
 use alloc::boxed::Box;
@@ -10,8 +11,8 @@ use alloc::vec;
 
 use otel_ctx_codec::header::MAX_PAYLOAD_SIZE;
 #[cfg(feature = "alloc")]
-use otel_ctx_codec::owned::{OwnedKeyValue, OwnedProcessContext, OwnedValue};
-use otel_ctx_codec::proto::{AnyValue, DecodeError, KeyValue, Limits, ProcessContext};
+use otel_ctx_codec::owned::OwnedProcessContext;
+use otel_ctx_codec::proto::{DecodeError, Limits, ProcessContext};
 
 use super::Error;
 #[cfg(feature = "alloc")]
@@ -23,83 +24,23 @@ use super::{Attributes, Resource};
 /// Fails with [`Error::Encode`] when `buffer` is too small; the buffer may have been
 /// written to then, but nothing else was changed.
 pub(crate) fn encode_into(context: &ProcessContext<'_>, buffer: &mut [u8]) -> Result<u32, Error> {
-    let limits = Limits::default();
-    let mut count = 0;
-    for kv in context.resource.iter().chain(context.attributes) {
-        count_borrowed_key_value(kv, 1, &limits, &mut count).map_err(Error::Unreadable)?;
-    }
-    check_count(count, &limits).map_err(Error::Unreadable)?;
-    let size = context.encoded_len();
-    if size > MAX_PAYLOAD_SIZE as usize {
-        return Err(Error::PayloadTooLarge {
-            size,
-            limit: MAX_PAYLOAD_SIZE,
-        });
-    }
+    context.check_limits(&Limits::default()).map_err(refused)?;
     let written = context.encode(buffer)?;
     // At most `MAX_PAYLOAD_SIZE`, checked above.
     Ok(written as u32)
 }
 
-fn check_count(count: usize, limits: &Limits) -> Result<(), DecodeError> {
-    if count > limits.max_attributes {
-        return Err(DecodeError::TooManyAttributes {
-            limit: limits.max_attributes,
-        });
+/// The writer's error for a context the codec's limits refuse: too large is the writer's
+/// own error, with the size readers accept; too deep or too many attributes say why readers
+/// would refuse it.
+fn refused(e: DecodeError) -> Error {
+    match e {
+        DecodeError::PayloadTooLarge { size, .. } => Error::PayloadTooLarge {
+            size,
+            limit: MAX_PAYLOAD_SIZE,
+        },
+        e => Error::Unreadable(e),
     }
-    Ok(())
-}
-
-fn check_depth(depth: usize, limits: &Limits) -> Result<(), DecodeError> {
-    if depth > limits.max_depth {
-        return Err(DecodeError::TooDeep {
-            limit: limits.max_depth,
-        });
-    }
-    Ok(())
-}
-
-/// [`count_key_value`] of the borrowed model.
-fn count_borrowed_key_value(
-    kv: &KeyValue<'_>,
-    depth: usize,
-    limits: &Limits,
-    count: &mut usize,
-) -> Result<(), DecodeError> {
-    *count = count.saturating_add(1);
-    count_borrowed_value(&kv.value, depth, limits, count)
-}
-
-/// [`count_value`] of the borrowed model: a string array's elements count as the elements
-/// of any array.
-fn count_borrowed_value(
-    value: &AnyValue<'_>,
-    depth: usize,
-    limits: &Limits,
-    count: &mut usize,
-) -> Result<(), DecodeError> {
-    check_depth(depth, limits)?;
-    match value {
-        AnyValue::Array(values) => {
-            for value in *values {
-                *count = count.saturating_add(1);
-                count_borrowed_value(value, depth + 1, limits, count)?;
-            }
-        }
-        AnyValue::StringArray(values) => {
-            if !values.is_empty() {
-                check_depth(depth + 1, limits)?;
-            }
-            *count = count.saturating_add(values.len());
-        }
-        AnyValue::KvList(entries) => {
-            for kv in *entries {
-                count_borrowed_key_value(kv, depth + 1, limits, count)?;
-            }
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 #[cfg(feature = "alloc")]
@@ -132,75 +73,18 @@ pub(crate) fn encode_payload(resource: Resource, attributes: Attributes) -> Resu
 
 #[cfg(feature = "alloc")]
 fn encode_context(context: &OwnedProcessContext) -> Result<Box<[u8]>, Error> {
-    check_shape(context, &Limits::default()).map_err(Error::Unreadable)?;
-    let size = context.encoded_len();
-    if size > MAX_PAYLOAD_SIZE as usize {
-        return Err(Error::PayloadTooLarge {
-            size,
-            limit: MAX_PAYLOAD_SIZE,
-        });
-    }
-    let mut payload = vec![0u8; size].into_boxed_slice();
+    context.check_limits(&Limits::default()).map_err(refused)?;
+    let mut payload = vec![0u8; context.encoded_len()].into_boxed_slice();
     context.encode(&mut payload)?;
     Ok(payload)
-}
-
-/// Checks the depth and the number of attributes as a reader's decoder counts them: a
-/// top-level value is at depth 1, an element of an array or kvlist one deeper than its
-/// parent; every key-value pair and array element, at any depth, counts as an attribute.
-///
-/// Too deep is reported before too many, whatever their order in the context. The walk
-/// goes no deeper than `limits.max_depth + 1`, however deep the values nest.
-#[cfg(feature = "alloc")]
-fn check_shape(context: &OwnedProcessContext, limits: &Limits) -> Result<(), DecodeError> {
-    let mut count = 0;
-    for kv in context.resource.iter().chain(&context.attributes) {
-        count_key_value(kv, 1, limits, &mut count)?;
-    }
-    check_count(count, limits)
-}
-
-#[cfg(feature = "alloc")]
-fn count_key_value(
-    kv: &OwnedKeyValue,
-    depth: usize,
-    limits: &Limits,
-    count: &mut usize,
-) -> Result<(), DecodeError> {
-    *count = count.saturating_add(1);
-    count_value(&kv.value, depth, limits, count)
-}
-
-#[cfg(feature = "alloc")]
-fn count_value(
-    value: &OwnedValue,
-    depth: usize,
-    limits: &Limits,
-    count: &mut usize,
-) -> Result<(), DecodeError> {
-    check_depth(depth, limits)?;
-    match value {
-        OwnedValue::Array(values) => {
-            for value in values {
-                *count = count.saturating_add(1);
-                count_value(value, depth + 1, limits, count)?;
-            }
-        }
-        OwnedValue::KvList(entries) => {
-            for kv in entries {
-                count_key_value(kv, depth + 1, limits, count)?;
-            }
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 #[cfg(all(test, feature = "alloc"))]
 mod tests {
     use super::*;
     use alloc::vec::Vec;
-    use otel_ctx_codec::proto::{AnyValue, AnyValueView, ProcessContextView};
+    use otel_ctx_codec::owned::{OwnedKeyValue, OwnedValue};
+    use otel_ctx_codec::proto::{AnyValue, AnyValueView, KeyValue, ProcessContextView};
 
     fn nested(depth: usize) -> OwnedValue {
         let mut value = OwnedValue::Array(Vec::new());

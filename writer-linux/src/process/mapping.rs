@@ -42,7 +42,8 @@ pub enum Backing {
 }
 
 /// The two syscalls whose failure the protocol tolerates, replaceable so tests can
-/// simulate a kernel or sandbox other than the one they run on.
+/// simulate a kernel or sandbox other than the one they run on (public with the feature
+/// `test-seams`, which only this crate's tests turn on).
 #[derive(Clone, Copy, Debug)]
 pub struct Syscalls {
     /// `memfd_create(name, flags)`.
@@ -447,6 +448,10 @@ pub(crate) fn name_mapping(mapping: &Mapping, syscalls: &Syscalls) -> Result<(),
 }
 
 /// `CLOCK_BOOTTIME` now, in nanoseconds.
+// Defined again as the reader's `boottime_ns` (`reader-linux/src/reader.rs`): the writer and
+// the reader may not depend on each other (ARCHITECTURE.md), and the codec, which both
+// use, knows bytes and no clock. The two must read the same clock, `CLOCK_BOOTTIME`, which
+// `monotonic_published_at_ns` is taken from.
 pub(crate) fn boottime_ns() -> u64 {
     let now = rustix::time::clock_gettime(ClockId::Boottime);
     let secs = u64::try_from(now.tv_sec).unwrap_or(0);

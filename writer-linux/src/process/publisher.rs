@@ -548,12 +548,13 @@ impl Publisher {
     /// readers would refuse, and with [`Error::Undiscoverable`] when neither a memfd nor a
     /// named anonymous mapping is available. Nothing is left behind on error.
     pub fn publish(resource: Resource, attributes: Attributes) -> Result<Self, Error> {
-        Self::publish_with_syscalls(resource, attributes, Syscalls::default())
+        publish(resource, attributes, Syscalls::default(), false)
     }
 
     /// [`publish`](Self::publish), with `memfd_create` and the naming `prctl` replaced:
-    /// lets tests take the branches of kernels and sandboxes they do not run on.
-    #[doc(hidden)]
+    /// lets tests take the branches of kernels and sandboxes they do not run on (feature
+    /// `test-seams`, which only this crate's tests turn on).
+    #[cfg(feature = "test-seams")]
     pub fn publish_with_syscalls(
         resource: Resource,
         attributes: Attributes,

@@ -143,7 +143,7 @@ pub(crate) fn load() -> *mut Record {
 }
 
 /// A TLS slot as the writer protocol writes it: this thread's `otel_thread_ctx_v1` and its
-/// shadow ([`ThisThread`]), or a model's slot in the loom tests (`loom.rs`, under
+/// shadow ([`ThisThread`]), or a model's slot in the loom tests (`loom/`, under
 /// `--cfg loom`).
 pub(crate) trait SlotWrites: Copy {
     /// The record the slot points at.

@@ -5,7 +5,8 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use otel_ctx_codec::record::MAX_RECORD_SIZE;
 
-use super::record::{BLOCK_ALIGN, PREFIX, WRITE_AHEAD};
+use super::record::{BLOCK_ALIGN, PREFIX};
+use super::store::WRITE_AHEAD;
 
 /// Bytes of a block: the prefix, a record of the largest capacity, and the bytes an
 /// entry's write may store past the record's end.

@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use otel_ctx_codec::header::{ProcessContextHeader, HEADER_SIZE, MAX_PAYLOAD_SIZE};
 use otel_ctx_codec::proto::{Limits, ProcessContextView};
+use otel_ctx_codec::threadlocal::ThreadlocalView;
 
 /// The names a process-context mapping has in `/proc/<pid>/maps`.
 pub const CONTEXT_NAMES: [&str; 4] = [
@@ -92,6 +93,20 @@ impl ReadBack {
     pub fn view(&self) -> ProcessContextView<'_> {
         ProcessContextView::decode(&self.payload, &Limits::default()).expect("payload decodes")
     }
+
+    /// The thread reference data of the payload, by name: `threadlocal.schema_version`
+    /// and the key map (empty when there is none).
+    pub fn key_map(&self) -> (Option<String>, Vec<String>) {
+        let view = self.view();
+        let threadlocal = ThreadlocalView::from_context(&view).expect("well-formed reference data");
+        (
+            threadlocal.schema_version.map(str::to_owned),
+            threadlocal
+                .key_map
+                .map(|map| map.iter().map(str::to_owned).collect())
+                .unwrap_or_default(),
+        )
+    }
 }
 
 /// Reads the header at `address` and the payload it points to, checking the header as a
@@ -144,6 +159,15 @@ pub fn lock() -> MutexGuard<'static, ()> {
 /// Whether this kernel names anonymous mappings (`CONFIG_ANON_VMA_NAME`): tried on a
 /// scratch mapping.
 pub fn naming_supported() -> bool {
+    with_scratch_page(|page, len| {
+        // SAFETY: the page is mapped, zero-filled and `len` bytes long.
+        let region = unsafe { std::slice::from_raw_parts(page.cast::<u8>(), len) };
+        rustix::process::set_virtual_memory_region_name(region, Some(c"OTEL_PROBE")).is_ok()
+    })
+}
+
+/// `probe` of a new private anonymous page (its address and length), unmapped afterwards.
+fn with_scratch_page<R>(probe: impl FnOnce(*mut std::ffi::c_void, usize) -> R) -> R {
     let len = rustix::param::page_size();
     // SAFETY: a new private anonymous page, unmapped below; nothing else refers to it.
     let page = unsafe {
@@ -155,12 +179,20 @@ pub fn naming_supported() -> bool {
         )
     }
     .expect("mmap a scratch page");
-    // SAFETY: the page is mapped, zero-filled and `len` bytes long.
-    let region = unsafe { std::slice::from_raw_parts(page.cast::<u8>(), len) };
-    let named = rustix::process::set_virtual_memory_region_name(region, Some(c"OTEL_PROBE"));
+    let result = probe(page, len);
     // SAFETY: the page mapped above, no longer referred to.
     unsafe { rustix::mm::munmap(page, len) }.expect("munmap the scratch page");
-    named.is_ok()
+    result
+}
+
+/// `Ok` if `condition` holds, else the error `message()`: a check in a child, whose
+/// failure is reported to the parent ([`ChildResult`]).
+pub fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), String> {
+    if condition {
+        Ok(())
+    } else {
+        Err(message())
+    }
 }
 
 /// What a child reported.
@@ -246,29 +278,18 @@ pub fn report(name: &str, outcome: ChildOutcome) {
 /// Whether `madvise(MADV_DONTFORK)` keeps a mapping out of a forked child here: tried on
 /// a scratch page. qemu-user accepts the advice but ignores it.
 pub fn dontfork_honoured() -> bool {
-    let len = rustix::param::page_size();
-    // SAFETY: a new private anonymous page, unmapped below.
-    let page = unsafe {
-        rustix::mm::mmap_anonymous(
-            std::ptr::null_mut(),
-            len,
-            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-            rustix::mm::MapFlags::PRIVATE,
-        )
-    }
-    .expect("mmap a scratch page");
-    // SAFETY: the page mapped above.
-    unsafe { rustix::mm::madvise(page, len, rustix::mm::Advice::LinuxDontFork) }
-        .expect("madvise a scratch page");
-    let address = page as usize;
-    let outcome = in_child(move || {
-        if mapping_covers(address) {
-            Err("inherited".to_string())
-        } else {
-            Ok(ChildOutcome::Passed)
-        }
-    });
-    // SAFETY: the page mapped above, no longer referred to.
-    unsafe { rustix::mm::munmap(page, len) }.expect("munmap the scratch page");
-    outcome == Ok(ChildOutcome::Passed)
+    with_scratch_page(|page, len| {
+        // SAFETY: the page mapped by `with_scratch_page`, which nothing else refers to.
+        unsafe { rustix::mm::madvise(page, len, rustix::mm::Advice::LinuxDontFork) }
+            .expect("madvise a scratch page");
+        let address = page as usize;
+        let outcome = in_child(move || {
+            if mapping_covers(address) {
+                Err("inherited".to_string())
+            } else {
+                Ok(ChildOutcome::Passed)
+            }
+        });
+        outcome == Ok(ChildOutcome::Passed)
+    })
 }
