@@ -113,9 +113,32 @@ fn split_field(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&bytes[..at], &bytes[at + 1..]))
 }
 
+/// A hexadecimal field of at most 16 digits (maps lines have millions of them: no UTF-8
+/// check, no allocation).
 fn parse_hex(bytes: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    u64::from_str_radix(text, 16).ok()
+    if bytes.is_empty() || bytes.len() > 16 {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |n, &b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        Some(n << 4 | u64::from(digit))
+    })
+}
+
+/// A decimal field (the inode), at most `u64::MAX`.
+fn parse_decimal(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 impl<'a> MapsLine<'a> {
@@ -139,7 +162,7 @@ impl<'a> MapsLine<'a> {
             Some((inode, name)) => (inode, name),
             None => (rest, &rest[rest.len()..]),
         };
-        let inode = std::str::from_utf8(inode).ok()?.parse().ok()?;
+        let inode = parse_decimal(inode)?;
         let padding = name.iter().take_while(|&&b| b == b' ').count();
         Some(Self {
             start,
@@ -410,13 +433,25 @@ struct MapsCollector {
 }
 
 impl MapsCollector {
-    fn line(&mut self, line: &[u8], visit: &mut dyn FnMut(&MapsLine<'_>)) -> ControlFlow<()> {
+    /// Takes one line; `visit`, when given, sees every line parsed.
+    fn line(
+        &mut self,
+        line: &[u8],
+        visit: Option<&mut dyn FnMut(&MapsLine<'_>)>,
+    ) -> ControlFlow<()> {
         self.maps.lines += 1;
         let _ = collect_candidate(&mut self.maps.context_mappings, line);
+        // Only file paths (and the context names, found above) have a '/': a million
+        // anonymous mappings are passed over without being parsed.
+        if visit.is_none() && memchr::memchr(b'/', line).is_none() {
+            return ControlFlow::Continue(());
+        }
         let Some(parsed) = MapsLine::parse(line) else {
             return ControlFlow::Continue(());
         };
-        visit(&parsed);
+        if let Some(visit) = visit {
+            visit(&parsed);
+        }
         if parsed.inode == 0 || !parsed.name.starts_with(b"/") {
             return ControlFlow::Continue(());
         }
@@ -457,7 +492,10 @@ impl MapsCollector {
 impl MapsScanner {
     /// Reads the maps of process `pid` once into a [`ProcessMaps`].
     pub fn process_maps(&mut self, pid: u32) -> io::Result<ProcessMaps> {
-        self.process_maps_visiting(pid, |_| {})
+        let mut collector = MapsCollector::default();
+        self.for_each_process_line(pid, |line| collector.line(line, None))?;
+        collector.maps.pid = pid;
+        Ok(collector.maps)
     }
 
     /// Like [`process_maps`](Self::process_maps), and shows `visit` every line of the
@@ -468,7 +506,7 @@ impl MapsScanner {
         mut visit: impl FnMut(&MapsLine<'_>),
     ) -> io::Result<ProcessMaps> {
         let mut collector = MapsCollector::default();
-        self.for_each_process_line(pid, |line| collector.line(line, &mut visit))?;
+        self.for_each_process_line(pid, |line| collector.line(line, Some(&mut visit)))?;
         collector.maps.pid = pid;
         Ok(collector.maps)
     }
@@ -476,7 +514,7 @@ impl MapsScanner {
     /// A [`ProcessMaps`] of a maps file's text (recorded lines, in tests).
     pub fn maps_of<R: Read>(&mut self, pid: u32, input: R) -> io::Result<ProcessMaps> {
         let mut collector = MapsCollector::default();
-        self.for_each_line(input, |line| collector.line(line, &mut |_| {}))?;
+        self.for_each_line(input, |line| collector.line(line, None))?;
         collector.maps.pid = pid;
         Ok(collector.maps)
     }
@@ -551,6 +589,16 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert_eq!(MapsLine::parse(b"not a maps line"), None);
         assert_eq!(MapsLine::parse(b"7f-zz rw-p 0 00:00 0"), None);
         assert_eq!(MapsLine::parse(b""), None);
+        // Fields that overflow, or are not numbers, refuse the line.
+        assert_eq!(MapsLine::parse(b"10000000000000000-1 rw-p 0 00:00 0"), None);
+        assert_eq!(
+            MapsLine::parse(b"1-2 rw-p 0 00:00 18446744073709551616"),
+            None
+        );
+        assert_eq!(MapsLine::parse(b"1-2 rw-p 0 00:00 12a"), None);
+        assert_eq!(parse_hex(b"ffffffffffffffff"), Some(u64::MAX));
+        assert_eq!(parse_hex(b"DeadBeef"), Some(0xdead_beef));
+        assert_eq!(parse_decimal(b"18446744073709551615"), Some(u64::MAX));
     }
 
     #[test]

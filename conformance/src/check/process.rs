@@ -307,6 +307,19 @@ impl ProcessSide {
         let Some(start) = self.primary.as_ref().map(|p| p.start) else {
             return Ok(());
         };
+        // A first look that already saw the finished publication (the name readers look
+        // for, the signature, a consistent read) needs no second pass over the maps,
+        // which on a process with a million mappings costs as much as the first.
+        let settled = self
+            .primary
+            .as_ref()
+            .is_some_and(|p| p.is_exact() && p.signature_ok())
+            && self.last.is_some()
+            && !self.unpublished;
+        if settled {
+            self.vm_flags = self.vm_flags_of(start);
+            return Ok(());
+        }
         let candidates = self.discover()?;
         let refreshed = candidates
             .iter()
@@ -314,15 +327,7 @@ impl ProcessSide {
             .or_else(|| choose(&candidates))
             .cloned();
         if let Some(primary) = refreshed {
-            self.vm_flags = if self.mappings > MAX_SMAPS_MAPPINGS {
-                Err(format!(
-                    "not read: the process has {} mappings, and /proc/<pid>/smaps measures \
-                     each one it prints (more than {MAX_SMAPS_MAPPINGS} cost seconds)",
-                    self.mappings
-                ))
-            } else {
-                self.read_vm_flags(primary.start)
-            };
+            self.vm_flags = self.vm_flags_of(primary.start);
             self.primary = Some(primary);
             self.candidates = candidates;
         } else if let Some(primary) = &self.primary {
@@ -812,6 +817,19 @@ impl ProcessSide {
                 );
             }
         }
+    }
+
+    /// The `VmFlags` of the mapping at `start`, unless the process has so many mappings
+    /// that reading its smaps would cost seconds.
+    fn vm_flags_of(&mut self, start: u64) -> Result<Option<Vec<String>>, String> {
+        if self.mappings > MAX_SMAPS_MAPPINGS {
+            return Err(format!(
+                "not read: the process has {} mappings, and /proc/<pid>/smaps measures each \
+                 one it prints (more than {MAX_SMAPS_MAPPINGS} cost seconds)",
+                self.mappings
+            ));
+        }
+        self.read_vm_flags(start)
     }
 
     fn read_vm_flags(&mut self, start: u64) -> Result<Option<Vec<String>>, String> {

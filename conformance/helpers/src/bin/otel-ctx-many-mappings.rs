@@ -57,12 +57,7 @@ fn main() {
         let page_at = unsafe { base.cast::<u8>().add(i * page) };
         // SAFETY: changes the protection of one page of that mapping only.
         unsafe { rustix::mm::mprotect(page_at.cast(), page, rustix::mm::MprotectFlags::READ) }
-            .unwrap_or_else(|e| {
-                fail(
-                    "mprotect (more mappings than vm.max_map_count allows?)",
-                    e,
-                )
-            });
+            .unwrap_or_else(|e| fail("mprotect (more mappings than vm.max_map_count allows?)", e));
     }
     let lines = std::fs::read_to_string("/proc/self/maps")
         .map(|m| m.lines().count())
@@ -70,7 +65,11 @@ fn main() {
     println!("ready {lines}");
     let _ = std::io::stdout().flush();
     let mut line = String::new();
-    while std::io::stdin().lock().read_line(&mut line).is_ok_and(|n| n > 0) {
+    while std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .is_ok_and(|n| n > 0)
+    {
         line.clear();
     }
 }
