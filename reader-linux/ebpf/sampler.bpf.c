@@ -4,7 +4,10 @@
  * (one event per CPU). When the interrupted task belongs to the target process, it finds
  * the task's `otel_thread_ctx_v1` slot with the parameters user space computed from the
  * reader's `Resolution`, follows the slot to the record, and sends the thread id, the
- * outcome, the 28-byte header and the attrs-data to user space through a ring buffer.
+ * outcome, the 28-byte header and the attrs-data to user space through a ring buffer;
+ * when configured to, also the thread's user registers (instruction, stack and frame
+ * pointers; the link register on aarch64), a copy of the top of its user stack, and the
+ * kernel stack, for a profiler to unwind.
  *
  * The task is not running while the program runs (the tick interrupted it), so the
  * record is read as a signal handler would see it: the spec's reader protocol.
@@ -55,11 +58,33 @@ struct task_struct {
     struct thread_struct thread;
 } __attribute__((preserve_access_index));
 
+/* The user registers saved at the kernel's entry (`task_pt_regs`). */
+#if defined(OTEL_CTX_ARCH_X86_64)
+struct pt_regs {
+    unsigned long bp;
+    unsigned long ip;
+    unsigned long sp;
+} __attribute__((preserve_access_index));
+#else
+struct pt_regs {
+    __u64 regs[31];
+    __u64 sp;
+    __u64 pc;
+} __attribute__((preserve_access_index));
+#endif
+
 /* The record: 28-byte header, then attrs-data. The largest attrs-data sent is
  * MAX_ATTRS bytes, so records of up to 640 bytes (the size the spec recommends as the
  * readers' limit) arrive whole. */
 #define HEADER_SIZE 28
 #define MAX_ATTRS 612
+
+/* The most user stack a sample carries, and the kernel frames. The stack is copied a
+ * page at a time, so that the end of the stack's mapping ends the copy instead of
+ * failing it. */
+#define MAX_STACK (64 * 1024)
+#define STACK_CHUNK 4096
+#define MAX_KSTACK_FRAMES 32
 
 /* How the slot is found (`mode`). */
 #define MODE_OFF 0
@@ -96,6 +121,9 @@ struct ctx_config {
     __s64 bound_at;    /* MODE_DTV: the DTV length word at dtv + bound_at (glibc -16, musl 0) */
     __u64 generation;  /* copied into each sample: which configuration computed it */
     __u64 max_attrs;   /* largest attrs-data sent; records beyond are STATE_TOO_LARGE */
+    __u64 stack_size;  /* bytes of user stack to copy (0: no registers, no stack) */
+    __u64 kernel_stack; /* 1: the kernel stack too */
+    __u64 wakeup_bytes; /* wake user space once this much is waiting in the ring */
 };
 
 /* Sent to user space. Field order keeps every field naturally aligned. */
@@ -112,15 +140,25 @@ struct ctx_sample {
     __u8 header[HEADER_SIZE];
     __u8 attrs[MAX_ATTRS];
     __u8 pad[2];
+    __u64 regs[4];     /* ip, sp, fp, lr (0 on x86_64); all 0 without a stack */
+    __u32 stack_len;   /* bytes of `stack` that follow, copied from regs[1] up */
+    __u16 kstack_len;  /* kernel frames in `kstack` */
+    __u16 pad2;
+    __u64 kstack[MAX_KSTACK_FRAMES];
+    __u8 stack[MAX_STACK]; /* only stack_len bytes of it are sent */
 };
 
 /* The offsets `src/ebpf/wire.rs` reads. */
-_Static_assert(sizeof(struct ctx_config) == 9 * 8, "ctx_config is 9 words");
+_Static_assert(sizeof(struct ctx_config) == 12 * 8, "ctx_config is 12 words");
 _Static_assert(__builtin_offsetof(struct ctx_sample, fault_what) == 48, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, attrs_len) == 52, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, header) == 54, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, attrs) == 82, "ctx_sample layout");
-_Static_assert(sizeof(struct ctx_sample) == 696, "ctx_sample size");
+_Static_assert(__builtin_offsetof(struct ctx_sample, regs) == 696, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, stack_len) == 728, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, kstack_len) == 732, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, kstack) == 736, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, stack) == 992, "ctx_sample layout");
 
 struct {
     __uint(type, MAP_TYPE_ARRAY);
@@ -138,18 +176,26 @@ struct {
     __type(value, __u64);
 } counters SEC(".maps");
 
-/* bpf_ringbuf_submit flags and bpf_ringbuf_query's question (UAPI numbers). */
+/* bpf_ringbuf_output flags and bpf_ringbuf_query's question (UAPI numbers). */
 #define RB_NO_WAKEUP 1
 #define RB_FORCE_WAKEUP 2
 #define RB_AVAIL_DATA 0
-#define WAKEUP_BYTES (1 << 18)
 
-/* 1 MiB: room for over 1,500 samples between two reads by user space, which is woken
- * once WAKEUP_BYTES are waiting and otherwise polls with a timeout. */
+/* 1 MiB unless user space sizes it before loading (larger with stacks): user space is
+ * woken once `wakeup_bytes` are waiting and otherwise polls with a timeout. */
 struct {
     __uint(type, MAP_TYPE_RINGBUF);
     __uint(max_entries, 1 << 20);
 } samples SEC(".maps");
+
+/* Where a sample is built before it is sent with its length: one entry per CPU (user
+ * space sets the count before loading). A perf-event program does not nest on its CPU. */
+struct {
+    __uint(type, MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct ctx_sample);
+} scratch SEC(".maps");
 
 static __always_inline void count(__u32 index) {
     __u64 *n = bpf_map_lookup_elem(&counters, &index);
@@ -261,6 +307,46 @@ static __always_inline void sample_task(struct ctx_sample *s, const struct ctx_c
     s->state = STATE_RECORD;
 }
 
+/* The user registers of the current task and, from its stack pointer up, at most
+ * `size` bytes of its stack, a page at a time: a page that cannot be read (the end of
+ * the stack's mapping, or memory swapped out) ends the copy. */
+static __always_inline void sample_stack(struct ctx_sample *s, __u64 size) {
+    struct task_struct *task = bpf_get_current_task_btf();
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+    __u64 sp;
+#if defined(OTEL_CTX_ARCH_X86_64)
+    if (BPF_CORE_READ_INTO(&s->regs[0], regs, ip) || BPF_CORE_READ_INTO(&sp, regs, sp) ||
+        BPF_CORE_READ_INTO(&s->regs[2], regs, bp))
+        return;
+#else
+    if (BPF_CORE_READ_INTO(&s->regs[0], regs, pc) || BPF_CORE_READ_INTO(&sp, regs, sp) ||
+        BPF_CORE_READ_INTO(&s->regs[2], regs, regs[29]) ||
+        BPF_CORE_READ_INTO(&s->regs[3], regs, regs[30]))
+        return;
+#endif
+    s->regs[1] = sp;
+    if (size > MAX_STACK)
+        size = MAX_STACK;
+    __u32 copied = 0;
+    for (int i = 0; i < MAX_STACK / STACK_CHUNK + 1; i++) {
+        if (copied >= size || copied > MAX_STACK - STACK_CHUNK)
+            break;
+        /* Up to the next page boundary, then whole pages. */
+        __u64 at = sp + copied;
+        __u32 chunk = STACK_CHUNK - (__u32)(at & (STACK_CHUNK - 1));
+        if (chunk > size - copied)
+            chunk = size - copied;
+        if (chunk > STACK_CHUNK)
+            chunk = STACK_CHUNK;
+        if (chunk == 0)
+            break;
+        if (bpf_probe_read_user(&s->stack[copied & (MAX_STACK - 1)], chunk, (const void *)at))
+            break;
+        copied += chunk;
+    }
+    s->stack_len = copied;
+}
+
 SEC("perf_event")
 int sample_thread_context(void *ctx) {
     __u32 zero = 0;
@@ -272,13 +358,12 @@ int sample_thread_context(void *ctx) {
         return 0;
     count(0);
 
-    struct ctx_sample *s = bpf_ringbuf_reserve(&samples, sizeof *s, 0);
-    if (!s) {
-        count(1);
+    __u32 cpu = bpf_get_smp_processor_id();
+    struct ctx_sample *s = bpf_map_lookup_elem(&scratch, &cpu);
+    if (!s)
         return 0;
-    }
-    /* Ring-buffer memory is not zeroed: clear the fixed part (the attrs bytes past
-     * attrs_len are never read by user space). */
+    /* The scratch entry holds the last sample of this CPU: clear the fixed part (the
+     * attrs and stack bytes past their lengths are never sent or read). */
     s->tid = (__u32)pid_tgid;
     s->state = STATE_NO_TLS_BLOCK;
     s->generation = c->generation;
@@ -289,11 +374,27 @@ int sample_thread_context(void *ctx) {
     s->fault_what = 0;
     s->attrs_len = 0;
     __builtin_memset(s->header, 0, HEADER_SIZE);
+    __builtin_memset(s->regs, 0, sizeof s->regs);
+    s->stack_len = 0;
+    s->kstack_len = 0;
+    s->pad2 = 0;
     sample_task(s, c);
-    /* Waking the reader costs an interrupt per sample: wake it only once a quarter of
-     * the ring is used, and let it collect the rest when its poll times out. */
+    if (c->stack_size)
+        sample_stack(s, c->stack_size);
+    if (c->kernel_stack) {
+        long n = bpf_get_stack(ctx, s->kstack, sizeof s->kstack, 0);
+        if (n > 0)
+            s->kstack_len = (__u16)(n / 8);
+    }
+    __u64 len = __builtin_offsetof(struct ctx_sample, stack) + s->stack_len;
+    if (len > sizeof *s) /* for the verifier: the copy stays inside the entry */
+        len = sizeof *s;
+    /* Waking the reader costs an interrupt per sample: wake it only once enough is
+     * waiting, and let it collect the rest when its poll times out. */
     __u64 pending = bpf_ringbuf_query(&samples, RB_AVAIL_DATA);
-    bpf_ringbuf_submit(s, pending >= WAKEUP_BYTES ? RB_FORCE_WAKEUP : RB_NO_WAKEUP);
+    if (bpf_ringbuf_output(&samples, s, len,
+                           pending >= c->wakeup_bytes ? RB_FORCE_WAKEUP : RB_NO_WAKEUP))
+        count(1);
     return 0;
 }
 

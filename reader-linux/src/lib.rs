@@ -50,8 +50,8 @@ mod tls;
 pub use denied::{diagnose, Refuser};
 #[cfg(feature = "ebpf")]
 pub use ebpf::{
-    EbpfCounters, EbpfError, EbpfOptions, EbpfSample, EbpfSampler, EBPF_MAX_ATTRS,
-    EBPF_MAX_RECORD_SIZE,
+    EbpfCounters, EbpfError, EbpfOptions, EbpfSample, EbpfSampler, EbpfStack, EBPF_MAX_ATTRS,
+    EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_RECORD_SIZE, EBPF_MAX_STACK,
 };
 pub use error::{Error, Malformed};
 pub use maps::{

@@ -287,3 +287,61 @@ fn rust_writer_with_key_map() {
         );
     }
 }
+
+#[test]
+fn stacks_and_registers_with_each_sample() {
+    let exe = std::env::current_exe()
+        .expect("test binary path")
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("examples/ebpf_busy_fixture");
+    let target = start(&exe, &[], &[]);
+    let pid = target.child.id();
+    let mut reader = ThreadReader::open(pid).expect("thread reader");
+    let options = EbpfOptions::default()
+        .with_frequency_hz(999)
+        .with_stack_size(16 * 1024)
+        .with_kernel_stack(true);
+    let mut sampler = EbpfSampler::start(&reader, options).expect("the eBPF sampler");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let lines: Vec<_> = maps
+        .lines()
+        .filter_map(|l| otel_ctx_reader::MapsLine::parse(l.as_bytes()))
+        .collect();
+    let inside = |addr: u64, executable: bool| {
+        lines
+            .iter()
+            .any(|l| (l.start..l.end).contains(&addr) && (!executable || l.is_executable()))
+    };
+    let end = std::time::Instant::now() + WINDOW;
+    let (mut samples, mut with_kernel_frames) = (0, 0);
+    let tids: Vec<u32> = target.threads.iter().map(|t| t.tid).collect();
+    while std::time::Instant::now() < end {
+        sampler.wait(Duration::from_millis(50)).expect("wait");
+        while let Some((stack, context)) = sampler.next_stack_sample(&mut reader) {
+            if !tids.contains(&stack.tid) {
+                continue;
+            }
+            samples += 1;
+            let r = stack.registers;
+            // The spinning threads run user code: their registers are user registers.
+            assert!(inside(r.ip, true), "ip {:#x} outside executable code", r.ip);
+            assert!(inside(r.sp, false), "sp {:#x} outside every mapping", r.sp);
+            assert!(
+                !stack.stack.is_empty() && stack.stack.len() <= 16 * 1024,
+                "{} bytes of stack",
+                stack.stack.len()
+            );
+            for frame in stack.kernel_frames.chunks(8) {
+                let addr = u64::from_ne_bytes(frame.try_into().unwrap());
+                assert!(addr >= 0xffff_8000_0000_0000, "kernel frame {addr:#x}");
+            }
+            with_kernel_frames += usize::from(!stack.kernel_frames.is_empty());
+            // The context still comes with it.
+            let _ = context.expect("a readable context");
+        }
+    }
+    assert!(samples >= 20, "{samples} samples of the busy threads");
+    println!("{samples} samples, {with_kernel_frames} with kernel frames");
+}

@@ -30,10 +30,11 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::PerfEvent;
 use aya::{Ebpf, EbpfLoader};
 
+use crate::stack::UserRegisters;
 use crate::threads::{ThreadContextRef, ThreadReader, ThreadReport};
 use crate::tls::{Resolution, SampleError, SlotContents};
 
-pub use wire::{EBPF_MAX_ATTRS, EBPF_MAX_RECORD_SIZE};
+pub use wire::{EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_RECORD_SIZE, EBPF_MAX_STACK};
 
 /// The BPF object `build.rs` compiled from `ebpf/sampler.bpf.c`.
 static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
@@ -49,6 +50,13 @@ pub struct EbpfOptions {
     /// Largest record copied, at most [`EBPF_MAX_RECORD_SIZE`] (the default); larger
     /// records are reported as [`SampleError::RecordTooLarge`].
     pub max_record_size: usize,
+    /// Bytes of each sampled thread's user stack to copy from its stack pointer up, with
+    /// its user registers ([`EbpfSample::registers`], [`EbpfSample::stack`]): what a
+    /// profiler unwinds. At most [`EBPF_MAX_STACK`]; default 0 (contexts only).
+    pub stack_size: usize,
+    /// Whether to take the kernel stack too ([`EbpfSample::kernel_frames`], at most
+    /// [`EBPF_MAX_KERNEL_FRAMES`]). Default `false`.
+    pub kernel_stack: bool,
 }
 
 impl Default for EbpfOptions {
@@ -56,6 +64,8 @@ impl Default for EbpfOptions {
         Self {
             frequency_hz: 99,
             max_record_size: EBPF_MAX_RECORD_SIZE,
+            stack_size: 0,
+            kernel_stack: false,
         }
     }
 }
@@ -73,6 +83,33 @@ impl EbpfOptions {
     pub const fn with_max_record_size(mut self, max: usize) -> Self {
         self.max_record_size = max;
         self
+    }
+
+    /// Sets [`stack_size`](Self::stack_size) (cut to [`EBPF_MAX_STACK`]).
+    #[must_use]
+    pub const fn with_stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = if bytes > EBPF_MAX_STACK {
+            EBPF_MAX_STACK
+        } else {
+            bytes
+        };
+        self
+    }
+
+    /// Sets [`kernel_stack`](Self::kernel_stack).
+    #[must_use]
+    pub const fn with_kernel_stack(mut self, kernel_stack: bool) -> Self {
+        self.kernel_stack = kernel_stack;
+        self
+    }
+
+    /// The ring buffer's size: room for about half a second of samples from a few
+    /// CPUs at 1000 Hz with the stack this sampler copies (a power of two, as the kernel
+    /// requires), from 1 MiB.
+    fn ring_size(&self) -> u32 {
+        let sample = wire::SAMPLE_SIZE + self.stack_size;
+        let wanted = (sample * 2048).clamp(1 << 20, 64 << 20);
+        wanted.next_power_of_two() as u32
     }
 }
 
@@ -204,6 +241,42 @@ pub struct EbpfSample<'a> {
     pub contents: Result<SlotContents, SampleError>,
     /// The attrs-data of a valid record (empty otherwise).
     pub attrs_data: &'a [u8],
+    /// The user registers when the tick came (all 0 unless the sampler copies stacks,
+    /// [`EbpfOptions::stack_size`]).
+    pub registers: UserRegisters,
+    /// The top of the user stack, from `registers.sp` up (empty unless the sampler
+    /// copies stacks; shorter than asked where the stack's mapping ends).
+    pub stack: &'a [u8],
+    /// The kernel stack's return addresses, innermost first, as native-endian `u64`s
+    /// (empty unless [`EbpfOptions::kernel_stack`]); [`EbpfSample::kernel_frame`] reads
+    /// one.
+    pub kernel_frames: &'a [u8],
+}
+
+impl EbpfSample<'_> {
+    /// The number of kernel frames.
+    pub fn kernel_frame_count(&self) -> usize {
+        self.kernel_frames.len() / 8
+    }
+
+    /// Kernel frame `n` (0 is innermost).
+    pub fn kernel_frame(&self, n: usize) -> Option<u64> {
+        (n < self.kernel_frame_count()).then(|| wire::word(self.kernel_frames, n))
+    }
+}
+
+/// The stack half of a sample ([`EbpfSampler::next_stack_sample`]).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct EbpfStack<'a> {
+    /// The interrupted thread.
+    pub tid: u32,
+    /// Its user registers.
+    pub registers: UserRegisters,
+    /// The top of its user stack, from `registers.sp` up.
+    pub stack: &'a [u8],
+    /// The kernel's return addresses, native-endian `u64`s, innermost first.
+    pub kernel_frames: &'a [u8],
 }
 
 /// The eBPF sampler of one process. Dropping it detaches the program from every CPU.
@@ -216,6 +289,7 @@ pub struct EbpfSampler {
     tgid: u32,
     generation: u64,
     max_record_size: usize,
+    capture: wire::Capture,
     resolution: Resolution,
     /// The entry being handed out, copied out of the ring buffer.
     entry: Vec<u8>,
@@ -241,7 +315,13 @@ impl EbpfSampler {
         if !Path::new(BTF_PATH).exists() {
             return Err(EbpfError::NoBtf);
         }
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| {
+            EbpfError::Setup(format!("cannot count the possible CPUs ({what}): {e}"))
+        })?;
+        let ring_size = options.ring_size();
         let mut ebpf = EbpfLoader::new()
+            .map_max_entries("scratch", u32::try_from(cpus).unwrap_or(u32::MAX))
+            .map_max_entries("samples", ring_size)
             .load(PROGRAM)
             .map_err(|e| load_error("load the BPF object", &e))?;
         let map = |ebpf: &mut Ebpf, name: &str| {
@@ -262,8 +342,14 @@ impl EbpfSampler {
             tgid: reader.pid(),
             generation: 0,
             max_record_size: options.max_record_size.min(EBPF_MAX_RECORD_SIZE),
+            capture: wire::Capture {
+                stack_size: options.stack_size.min(EBPF_MAX_STACK),
+                kernel_stack: options.kernel_stack,
+                // A quarter of the ring.
+                wakeup_bytes: u64::from(ring_size / 4),
+            },
             resolution: reader.resolution().clone(),
-            entry: Vec::with_capacity(wire::SAMPLE_SIZE),
+            entry: Vec::with_capacity(wire::SAMPLE_SIZE + options.stack_size),
         };
         // Configured before the first tick can run it.
         sampler.write_config()?;
@@ -310,6 +396,7 @@ impl EbpfSampler {
             &self.resolution,
             self.generation,
             self.max_record_size,
+            self.capture,
         );
         self.config
             .set(0, words, 0)
@@ -345,7 +432,7 @@ impl EbpfSampler {
 
     /// Waits up to `timeout` for samples; returns whether the program woke it. To spare
     /// an interrupt per sample, the program wakes the waiter only once a quarter of its
-    /// 1 MiB ring is used (about 375 samples): read the samples with
+    /// ring is used (1 MiB without stacks: about 375 samples): read the samples with
     /// [`next_sample`](Self::next_sample) after every wait, whatever it returns, and
     /// keep `timeout` short (100 ms) for a live view.
     pub fn wait(&self, timeout: Duration) -> Result<bool, EbpfError> {
@@ -384,6 +471,9 @@ impl EbpfSampler {
                 slot: decoded.slot,
                 contents: decoded.contents,
                 attrs_data: &self.entry[decoded.attrs],
+                registers: decoded.registers,
+                stack: &self.entry[decoded.stack],
+                kernel_frames: &self.entry[decoded.kernel_frames],
             });
         }
     }
@@ -406,6 +496,34 @@ impl EbpfSampler {
             Err(e) => Err(e),
         };
         Some((tid, context))
+    }
+
+    /// Like [`next_context`](Self::next_context), with the sample's user registers and
+    /// stack copy (and kernel frames) for a profiler: the thread, its registers, and its
+    /// context, all borrowed until the next call. Allocation-free.
+    #[allow(clippy::type_complexity)]
+    pub fn next_stack_sample<'a>(
+        &'a mut self,
+        reader: &'a mut ThreadReader,
+    ) -> Option<(
+        EbpfStack<'a>,
+        Result<Option<ThreadContextRef<'a>>, SampleError>,
+    )> {
+        let sample = self.next_sample()?;
+        let stack = EbpfStack {
+            tid: sample.tid,
+            registers: sample.registers,
+            stack: sample.stack,
+            kernel_frames: sample.kernel_frames,
+        };
+        let context = match sample.contents {
+            Ok(SlotContents::Record { address, header }) => {
+                Ok(Some(reader.name_record(header, address, sample.attrs_data)))
+            }
+            Ok(_) => Ok(None),
+            Err(e) => Err(e),
+        };
+        Some((stack, context))
     }
 
     /// Samples for `window` and reports every thread of the process that ran meanwhile,

@@ -7,10 +7,28 @@ use std::io;
 
 use otel_ctx_codec::record::{RecordHeader, RECORD_HEADER_SIZE};
 
+use crate::stack::UserRegisters;
 use crate::tls::{Resolution, SampleError, SlotContents, SlotLocation, TlsError};
 
 /// Number of `u64` words of `struct ctx_config`.
-pub(crate) const CONFIG_WORDS: usize = 9;
+pub(crate) const CONFIG_WORDS: usize = 12;
+
+/// The most user stack a sample carries (`MAX_STACK`).
+pub const EBPF_MAX_STACK: usize = 64 * 1024;
+
+/// The most kernel frames a sample carries (`MAX_KSTACK_FRAMES`).
+pub const EBPF_MAX_KERNEL_FRAMES: usize = 32;
+
+/// What the program captures besides the record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Capture {
+    /// Bytes of user stack to copy (0: neither registers nor stack).
+    pub stack_size: usize,
+    /// The kernel stack too.
+    pub kernel_stack: bool,
+    /// Bytes waiting in the ring before the program wakes user space.
+    pub wakeup_bytes: u64,
+}
 
 /// The largest attrs-data a sample carries (`MAX_ATTRS`): records of up to 640 bytes.
 pub const EBPF_MAX_ATTRS: usize = 612;
@@ -30,6 +48,7 @@ pub(crate) fn config_words(
     resolution: &Resolution,
     generation: u64,
     max_record_size: usize,
+    capture: Capture,
 ) -> [u64; CONFIG_WORDS] {
     // The same layouts as `Resolution::slot_address`: where the DTV pointer sits relative
     // to the thread pointer, the entry size, and where the DTV's length word is.
@@ -63,6 +82,9 @@ pub(crate) fn config_words(
         bound_at as u64,
         generation,
         max_attrs as u64,
+        capture.stack_size.min(EBPF_MAX_STACK) as u64,
+        u64::from(capture.kernel_stack),
+        capture.wakeup_bytes,
     ]
 }
 
@@ -78,8 +100,14 @@ const FAULT_WHAT: usize = 48;
 const ATTRS_LEN: usize = 52;
 const HEADER: usize = 54;
 const ATTRS: usize = HEADER + RECORD_HEADER_SIZE;
-/// `sizeof(struct ctx_sample)`.
-pub(crate) const SAMPLE_SIZE: usize = ATTRS + EBPF_MAX_ATTRS + 2;
+const REGS: usize = ATTRS + EBPF_MAX_ATTRS + 2;
+const STACK_LEN: usize = REGS + 32;
+const KSTACK_LEN: usize = STACK_LEN + 4;
+const KSTACK: usize = KSTACK_LEN + 4;
+const STACK: usize = KSTACK + 8 * EBPF_MAX_KERNEL_FRAMES;
+/// The part of `struct ctx_sample` every entry has: all but the stack bytes, of which
+/// the entry carries `stack_len`.
+pub(crate) const SAMPLE_SIZE: usize = STACK;
 
 const STATE_NO_TLS_BLOCK: u32 = 0;
 const STATE_NULL: u32 = 1;
@@ -118,6 +146,17 @@ pub(crate) struct Decoded {
     pub contents: Result<SlotContents, SampleError>,
     /// The attrs-data's range in the entry (empty unless a valid record).
     pub attrs: std::ops::Range<usize>,
+    /// The user registers (all 0 when the program copies no stack).
+    pub registers: UserRegisters,
+    /// The user stack's range in the entry, from the stack pointer up.
+    pub stack: std::ops::Range<usize>,
+    /// The kernel return addresses, innermost first.
+    pub kernel_frames: std::ops::Range<usize>,
+}
+
+/// The `n`-th native-endian word of `bytes`.
+pub(crate) fn word(bytes: &[u8], n: usize) -> u64 {
+    u64_at(bytes, n * 8)
 }
 
 fn fault_error(what: u32, address: u64) -> SampleError {
@@ -150,6 +189,16 @@ fn fault_error(what: u32, address: u64) -> SampleError {
 /// program (wrong size) or one taken before the program was configured.
 pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
     if entry.len() < SAMPLE_SIZE {
+        return None;
+    }
+    let stack_len = u32_at(entry, STACK_LEN) as usize;
+    let kernel_frames = usize::from(u16_at(entry, KSTACK_LEN));
+    // The program sends exactly the stack bytes it copied, never more than it has room
+    // for.
+    if stack_len > EBPF_MAX_STACK
+        || entry.len() != SAMPLE_SIZE + stack_len
+        || kernel_frames > EBPF_MAX_KERNEL_FRAMES
+    {
         return None;
     }
     let state = u32_at(entry, STATE);
@@ -196,6 +245,14 @@ pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
         slot: (slot != 0).then_some(slot),
         contents,
         attrs,
+        registers: UserRegisters {
+            ip: u64_at(entry, REGS),
+            sp: u64_at(entry, REGS + 8),
+            fp: u64_at(entry, REGS + 16),
+            lr: u64_at(entry, REGS + 24),
+        },
+        stack: STACK..STACK + stack_len,
+        kernel_frames: KSTACK..KSTACK + 8 * kernel_frames,
     })
 }
 
@@ -220,8 +277,17 @@ mod tests {
     #[test]
     fn configuration_mirrors_slot_address() {
         let r = resolution(SlotLocation::TpOffset(-72), Libc::Glibc, Machine::X86_64);
-        let w = config_words(42, &r, 3, 640);
-        assert_eq!(w, [42, 1, (-72i64) as u64, 0, 0, 0, 0, 3, 612]);
+        let capture = Capture {
+            stack_size: 1 << 20,
+            kernel_stack: true,
+            wakeup_bytes: 4096,
+        };
+        let w = config_words(42, &r, 3, 640, capture);
+        assert_eq!(
+            w,
+            [42, 1, (-72i64) as u64, 0, 0, 0, 0, 3, 612, 65536, 1, 4096],
+            "the stack is cut to what the program has room for"
+        );
         let dtv = SlotLocation::Dtv {
             module_id: 2,
             offset: 16,
@@ -232,10 +298,29 @@ mod tests {
             (Libc::Musl, Machine::X86_64, 8, 3, 0),
             (Libc::Musl, Machine::Aarch64, -8, 3, 0),
         ] {
-            let w = config_words(7, &resolution(dtv, libc, machine), 1, 100);
+            let w = config_words(
+                7,
+                &resolution(dtv, libc, machine),
+                1,
+                100,
+                Capture::default(),
+            );
             assert_eq!(
                 w,
-                [7, 2, dtv_at as u64, 2, 16, shift, bound_at as u64, 1, 72],
+                [
+                    7,
+                    2,
+                    dtv_at as u64,
+                    2,
+                    16,
+                    shift,
+                    bound_at as u64,
+                    1,
+                    72,
+                    0,
+                    0,
+                    0
+                ],
                 "{libc:?} {machine:?}"
             );
         }
@@ -279,6 +364,35 @@ mod tests {
         assert!(decode(&bad, 640).is_none());
         // Truncated entries are refused.
         assert!(decode(&e[..SAMPLE_SIZE - 1], 640).is_none());
+        assert_eq!(d.registers, UserRegisters::default());
+        assert!(d.stack.is_empty() && d.kernel_frames.is_empty());
+
+        // Registers, stack bytes and kernel frames, as many as the entry says it has.
+        let mut with_stack = e.clone();
+        for (i, value) in [0x401000u64, 0x7ffd_0000, 0x7ffd_0100, 0]
+            .iter()
+            .enumerate()
+        {
+            with_stack[REGS + 8 * i..REGS + 8 * i + 8].copy_from_slice(&value.to_ne_bytes());
+        }
+        with_stack[STACK_LEN..STACK_LEN + 4].copy_from_slice(&16u32.to_ne_bytes());
+        with_stack[KSTACK_LEN..KSTACK_LEN + 2].copy_from_slice(&2u16.to_ne_bytes());
+        with_stack[KSTACK..KSTACK + 8].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
+        with_stack.extend_from_slice(&[0xab; 16]);
+        let d = decode(&with_stack, 640).expect("a sample with a stack");
+        assert_eq!(d.registers.ip, 0x401000);
+        assert_eq!(d.registers.sp, 0x7ffd_0000);
+        assert_eq!(&with_stack[d.stack.clone()], &[0xab; 16]);
+        assert_eq!(
+            word(&with_stack[d.kernel_frames.clone()], 0),
+            0xffff_ffff_8100_0000
+        );
+        assert_eq!(d.kernel_frames.len(), 16);
+        // A stack length that disagrees with the entry's is not trusted.
+        assert!(decode(&with_stack[..with_stack.len() - 1], 640).is_none());
+        let mut lying = with_stack.clone();
+        lying[KSTACK_LEN..KSTACK_LEN + 2].copy_from_slice(&33u16.to_ne_bytes());
+        assert!(decode(&lying, 640).is_none());
 
         header[24] = 0;
         let d = decode(&entry(STATE_INVALID, &header, &[]), 640).expect("invalid");
