@@ -25,10 +25,8 @@
 use std::io;
 use std::sync::Arc;
 
-use otel_ctx_reader::{
-    resolve, resolve_for, ElfTls, Libc, LoadedModule, Resolution, SlotLocation, TargetMemory,
-    TlsError,
-};
+use otel_ctx_reader::{Libc, Resolution, TlsError};
+use otel_ctx_reader::tls::{resolve, resolve_for, ElfTls, LoadedModule, SlotLocation, TargetMemory};
 
 /// Size of the trailer that ends the input.
 pub const TRAILER_SIZE: usize = 20;

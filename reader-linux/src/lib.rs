@@ -2,32 +2,39 @@
 //! (OTEP 4947): finds and reads another process's contexts on Linux.
 //!
 //! ```no_run
-//! use otel_ctx_reader::ProcessContextReader;
+//! use otel_ctx_reader::{ProcessContextReader, RecordBuffer, StackBuffer, ThreadReader};
 //!
-//! let mut reader = ProcessContextReader::open(1234)?;
-//! let snapshot = reader.read()?;
+//! let mut process = ProcessContextReader::open(1234)?;
+//! let snapshot = process.read()?; // later: process.read_if_changed(published_at)
 //! println!("{:?}", snapshot.context.service_name());
-//! // Later: costs two small copies while nothing changed.
-//! if let Some(newer) = reader.read_if_changed(snapshot.monotonic_published_at_ns)? {
-//!     println!("updated: {:?}", newer.context.resource);
+//! let mut threads = ThreadReader::open(1234)?; // finds otel_thread_ctx_v1
+//! let (mut record, mut stack) = (RecordBuffer::new(), StackBuffer::default());
+//! for tid in threads.tids()? {
+//!     let (registers, context) = threads.sample_with_stack_into(tid, &mut record, &mut stack)?;
+//!     println!("{tid} at {:#x}: {:?}", registers.ip, context.map(|c| c.trace_id()));
 //! }
-//! # Ok::<(), otel_ctx_reader::Error>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! - [`MapsScanner`]: finds the `OTEL_CTX` mapping in `/proc/<pid>/maps`, streaming the
-//!   file.
-//! - [`ProcessContextReader`]: the seqlock read ([`read_consistent`]) of the header and
-//!   payload, cached between reads, through [`ProcessMemory`] (`process_vm_readv` or
-//!   `/proc/<pid>/mem`).
-//! - [`OwnedProcessContext`] and [`OwnedValue`]: the decoded payload, owned.
+//! At the root, what a profiler that embeds the reader needs:
+//! - [`ProcessContextReader`]: one process's context (the seqlock read of OTEP 4719, the
+//!   mapping cached between reads), as a [`Snapshot`] of the codec's owned model
+//!   ([`OwnedProcessContext`], [`OwnedValue`]).
 //! - [`scan`]: every process on the host that publishes a context.
-//! - [`ThreadReader`]: every thread's context, through the TLS symbol
-//!   `otel_thread_ctx_v1`, in every TLS access model ([`resolve`], [`ElfTls`]), read
-//!   while the thread is held by a [`StoppedThread`]; [`ThreadReader::sample_into`]
-//!   samples without allocating.
-//! - `EbpfSampler` (feature `ebpf`): the same contexts sampled by a BPF program on a
-//!   CPU-clock perf event, without stopping threads.
-//! - [`Error`]: one enum whose messages say what to do.
+//! - [`ThreadReader`]: every thread's context (OTEP 4947) through `otel_thread_ctx_v1` in
+//!   every TLS access model, read while the thread is stopped with ptrace;
+//!   [`ThreadReader::sample_into`] and [`ThreadReader::sample_with_stack_into`] (the user
+//!   registers and the top of the stack too, for a profiler to unwind) allocate nothing.
+//! - `EbpfSampler` (feature `ebpf`): the same samples taken by a BPF program at CPU-clock
+//!   ticks, without stopping threads.
+//! - [`ProcessMaps`]: one pass over `/proc/<pid>/maps` (the context's mapping and the mapped
+//!   files), shared by the readers; [`files`] opens the mapped files as hostile input.
+//! - The errors, each with a message that says what to do: [`Error`], [`ThreadError`],
+//!   [`SampleError`].
+//!
+//! The parts below them, for tools that look further (the conformance checker): [`maps`]
+//! (the streaming maps scanner), [`memory`] (copies out of another process), [`seqlock`]
+//! (the consistent read of a header), [`tls`] (ELF analysis, the slot resolution, ptrace).
 #![warn(missing_docs)]
 // Every system call that needs `unsafe` is in `sys`, which allows it for itself.
 #![deny(unsafe_code)]
@@ -37,15 +44,15 @@ mod denied;
 mod ebpf;
 mod error;
 pub mod files;
-mod maps;
-mod memory;
+pub mod maps;
+pub mod memory;
 mod reader;
 mod scan;
-mod seqlock;
+pub mod seqlock;
 mod stack;
 mod sys;
 mod threads;
-mod tls;
+pub mod tls;
 
 pub use denied::{diagnose, Refuser};
 #[cfg(feature = "ebpf")]
@@ -54,11 +61,7 @@ pub use ebpf::{
     EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_RECORD_SIZE, EBPF_MAX_STACK,
 };
 pub use error::{Error, Malformed};
-pub use maps::{
-    ContextMapping, FileRange, MappedFile, MappingKind, MappingName, MapsLine, MapsScanner,
-    ProcessMaps, MAX_CANDIDATES, MAX_MAPPED_FILES, MAX_RANGES_PER_FILE, SCAN_BUFFER_SIZE,
-};
-pub use memory::{is_gone, live_thread, CopyError, ProcessMemory, ReadMethod};
+pub use maps::{FileRange, MappedFile, ProcessMaps};
 /// The owned model of a decoded process context: the codec's, re-exported.
 pub use otel_ctx_codec::owned::{
     OwnedKeyValue, OwnedProcessContext, OwnedValue, Threadlocal, THREADLOCAL_KEYS,
@@ -68,7 +71,6 @@ pub use reader::{
     DEFAULT_MAX_ATTEMPTS,
 };
 pub use scan::{comm, pids, scan, scan_with, thread_ids, Scan, ScanEntry};
-pub use seqlock::{read_consistent, PayloadCopy, SeqlockRead};
 pub use stack::{StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
 pub use threads::{
     OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
@@ -76,9 +78,6 @@ pub use threads::{
     KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL,
 };
 pub use tls::{
-    defining_module, loaded_modules, read_slot, read_slot_into, read_stopped, resolve, resolve_for,
-    AccessModel, DtvLayout, ElfCache, ElfError, ElfTls, Libc, LoadedModule, Machine, Modules,
-    PtraceError, Relocated, Resolution, SampleError, SkipReason, SkippedModule, SlotContents,
-    SlotLocation, SlotState, StoppedThread, SymbolInfo, SymbolTable, TargetMemory, ThreadRecord,
-    ThreadSample, TlsError, TlsReloc, TlsSegment,
+    AccessModel, Libc, Machine, PtraceError, Resolution, SampleError, SkipReason, SkippedModule,
+    SymbolTable, TlsError,
 };

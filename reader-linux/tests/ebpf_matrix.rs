@@ -13,9 +13,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use otel_ctx_codec::record::RecordHeader;
+use otel_ctx_reader::tls::SlotLocation;
 use otel_ctx_reader::{
-    AccessModel, EbpfOptions, EbpfSampler, OwnedThreadContext, SlotLocation, ThreadReader,
-    ThreadReaderOptions,
+    AccessModel, EbpfOptions, EbpfSampler, OwnedThreadContext, ThreadReader, ThreadReaderOptions,
 };
 
 // Shared with `tls_matrix.rs`, which uses all of it (this test leaves `Printed::slot`).
@@ -307,7 +307,7 @@ fn stacks_and_registers_with_each_sample() {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
     let lines: Vec<_> = maps
         .lines()
-        .filter_map(|l| otel_ctx_reader::MapsLine::parse(l.as_bytes()))
+        .filter_map(|l| otel_ctx_reader::maps::MapsLine::parse(l.as_bytes()))
         .collect();
     let inside = |addr: u64, executable: bool| {
         lines

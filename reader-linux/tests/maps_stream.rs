@@ -6,8 +6,8 @@ use std::io::{BufWriter, Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use otel_ctx_reader::MappingKind;
-use otel_ctx_reader::{MapsScanner, SCAN_BUFFER_SIZE};
+use otel_ctx_reader::maps::MappingKind;
+use otel_ctx_reader::maps::{MapsScanner, SCAN_BUFFER_SIZE};
 
 /// Records the largest single allocation of the process.
 struct Tracking;

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use otel_ctx_codec::header::ProcessContextHeader;
 use otel_ctx_codec::proto::{AnyValue, KeyValue, ProcessContext};
 use otel_ctx_codec::threadlocal::{reference_data, SCHEMA_TLSDESC_V1_DEV};
+use otel_ctx_reader::maps::MappingKind;
+use otel_ctx_reader::memory::ReadMethod;
 use otel_ctx_reader::{
-    boottime_ns, Error, Malformed, MappingKind, OwnedValue, ProcessContextReader, ReadMethod,
-    ReaderOptions,
+    boottime_ns, Error, Malformed, OwnedValue, ProcessContextReader, ReaderOptions,
 };
 use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
 use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};

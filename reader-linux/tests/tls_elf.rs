@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use otel_ctx_reader::{ElfTls, Machine, Relocated, SymbolTable};
+use otel_ctx_reader::tls::{ElfTls, Relocated};
+use otel_ctx_reader::{Machine, SymbolTable};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
 

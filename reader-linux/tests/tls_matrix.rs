@@ -8,13 +8,12 @@
 
 use std::path::Path;
 
-use otel_ctx_reader::{
-    loaded_modules, read_stopped, resolve, AccessModel, ElfCache, Libc, ProcessMaps, SlotState,
-    StoppedThread,
+use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
+use otel_ctx_reader::tls::{
+    loaded_modules, read_stopped, resolve, ElfCache, SlotState, StoppedThread,
 };
-use otel_ctx_reader::{
-    ProcessMemory, ReadMethod, RecordBuffer, StackBuffer, ThreadReader, ThreadReaderOptions,
-};
+use otel_ctx_reader::{AccessModel, Libc, ProcessMaps};
+use otel_ctx_reader::{RecordBuffer, StackBuffer, ThreadReader, ThreadReaderOptions};
 
 // Shared with `ebpf_matrix.rs`, which uses all of it (this test leaves `Target::lines`).
 #[allow(dead_code)]
@@ -103,7 +102,7 @@ fn check_stacks(name: &str, target: &Target, reader: &mut ThreadReader, memory: 
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", target.child.id())).unwrap();
     let lines: Vec<_> = maps
         .lines()
-        .filter_map(|line| otel_ctx_reader::MapsLine::parse(line.as_bytes()))
+        .filter_map(|line| otel_ctx_reader::maps::MapsLine::parse(line.as_bytes()))
         .collect();
     // Only readable memory can be copied (guard pages are mapped `---p`), and not the
     // kernel's `[vvar]` pages, which can lie right above a musl thread's stack.

@@ -11,10 +11,8 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::process::Command;
 
-use otel_ctx_reader::{
-    loaded_modules, resolve_for, AccessModel, ElfCache, Libc, ProcessMaps, SymbolTable,
-    TargetMemory,
-};
+use otel_ctx_reader::tls::{loaded_modules, resolve_for, ElfCache, TargetMemory};
+use otel_ctx_reader::{AccessModel, Libc, ProcessMaps, SymbolTable};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
 

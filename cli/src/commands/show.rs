@@ -1,7 +1,8 @@
 //! `otel-ctx show <pid>`: one process's whole context.
 
+use otel_ctx_reader::memory::is_gone;
 use otel_ctx_reader::{
-    boottime_ns, comm, is_gone, Error, ProcessContextReader, ProcessMaps, ReaderOptions, Snapshot,
+    boottime_ns, comm, Error, ProcessContextReader, ProcessMaps, ReaderOptions, Snapshot,
 };
 use serde::Serialize;
 

@@ -226,7 +226,9 @@ impl Sampler {
                 }
             }
         }
-        if self.last_refresh.elapsed() >= REFRESH && otel_ctx_reader::is_gone(self.reader.pid()) {
+        if self.last_refresh.elapsed() >= REFRESH
+            && otel_ctx_reader::memory::is_gone(self.reader.pid())
+        {
             return Err(Error::ProcessGone {
                 pid: self.reader.pid(),
             });

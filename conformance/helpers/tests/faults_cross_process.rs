@@ -14,12 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use otel_ctx_codec::attrs::AttrsIter;
+use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
+use otel_ctx_reader::tls::{read_stopped, SlotState, StoppedThread};
+use otel_ctx_reader::{AccessModel, PtraceError, SampleError};
 use otel_ctx_reader::{
-    read_stopped, AccessModel, PtraceError, SampleError, SlotState, StoppedThread,
-};
-use otel_ctx_reader::{
-    Error, OwnedThreadContext, ProcessContextReader, ProcessMemory, ReadMethod, ThreadError,
-    ThreadReader, ThreadReaderOptions,
+    Error, OwnedThreadContext, ProcessContextReader, ThreadError, ThreadReader, ThreadReaderOptions,
 };
 
 const TARGET: &str = env!("CARGO_BIN_EXE_otel-ctx-stress-target");

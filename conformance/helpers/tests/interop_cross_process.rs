@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use otel_ctx_reader::memory::ReadMethod;
 use otel_ctx_reader::{
-    Error, Malformed, OwnedValue, ProcessContextReader, ReadMethod, ReaderOptions, Snapshot,
+    Error, Malformed, OwnedValue, ProcessContextReader, ReaderOptions, Snapshot,
 };
 
 /// Records the largest allocation each thread makes.

@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use otel_ctx_codec::attrs::AttrsIter;
 use otel_ctx_codec::record::RecordHeader;
+use otel_ctx_reader::tls::SlotState;
 use otel_ctx_reader::{Error, OwnedValue, ProcessContextReader, Snapshot, ThreadReader};
-use otel_ctx_reader::{PtraceError, SampleError, SlotState};
+use otel_ctx_reader::{PtraceError, SampleError};
 
 const TARGET: &str = env!("CARGO_BIN_EXE_otel-ctx-stress-target");
 

@@ -18,10 +18,10 @@ use otel_ctx_codec::threadlocal::{
 };
 
 use super::{plural, smaps, RuleId, Verdicts};
-use otel_ctx_reader::{
-    boottime_ns, live_thread, read_consistent, CopyError, Error, MappingName, MapsLine,
-    MapsScanner, PayloadCopy, ProcessMaps, ProcessMemory, ReadMethod, SeqlockRead,
-};
+use otel_ctx_reader::maps::{MappingName, MapsLine, MapsScanner};
+use otel_ctx_reader::memory::{live_thread, CopyError, ProcessMemory, ReadMethod};
+use otel_ctx_reader::seqlock::{read_consistent, PayloadCopy, SeqlockRead};
+use otel_ctx_reader::{boottime_ns, Error, ProcessMaps};
 
 /// Unnamed anonymous mappings probed for a header that starts with the signature, at
 /// most: each costs a copy out of the process.
@@ -229,7 +229,7 @@ pub(super) struct ProcessSide {
 impl ProcessSide {
     /// Prepares to check process `pid`; fails if it does not exist.
     pub(super) fn open(pid: u32) -> Result<Self, Error> {
-        if otel_ctx_reader::is_gone(pid) {
+        if otel_ctx_reader::memory::is_gone(pid) {
             return Err(Error::gone(pid));
         }
         Ok(Self {

@@ -5,7 +5,7 @@
 use std::io::{self, Read};
 use std::ops::ControlFlow;
 
-use otel_ctx_reader::{MapsLine, MapsScanner};
+use otel_ctx_reader::maps::{MapsLine, MapsScanner};
 
 /// The flags of the mapping that starts at `start`, as two-letter codes; `None` when no
 /// mapping starts there or the kernel prints no `VmFlags` (before Linux 3.8).

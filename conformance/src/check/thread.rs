@@ -11,11 +11,14 @@ use otel_ctx_codec::threadlocal::{SCHEMA_GO_PPROF_LABELS_V1, TLS_SYMBOL};
 
 use super::process::{Content, KeyMapLen, Presence, Summary, TLS_SCHEMAS};
 use super::{plural, RuleId, Status, Verdicts};
+use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
+use otel_ctx_reader::tls::{
+    defining_module, loaded_modules, read_slot, resolve, ElfCache, LoadedModule, SlotState,
+    StoppedThread, ThreadRecord,
+};
 use otel_ctx_reader::{
-    defining_module, loaded_modules, read_slot, resolve, thread_ids, AccessModel, ElfCache, Error,
-    Libc, LoadedModule, ProcessMaps, ProcessMemory, PtraceError, ReadMethod, Resolution,
-    SampleError, SlotState, StoppedThread, SymbolTable, ThreadRecord, TlsError,
-    DEFAULT_MAX_RECORD_SIZE,
+    thread_ids, AccessModel, Error, Libc, ProcessMaps, PtraceError, Resolution, SampleError,
+    SymbolTable, TlsError, DEFAULT_MAX_RECORD_SIZE,
 };
 
 /// What one sample of one thread found.

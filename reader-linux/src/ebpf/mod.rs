@@ -236,7 +236,7 @@ pub struct EbpfSample<'a> {
     /// The slot's address (`None` when the thread has no TLS block for the module, or the
     /// walk to the slot failed).
     pub slot: Option<u64>,
-    /// What the slot held: as [`crate::read_slot_into`] reports it (a thread without a
+    /// What the slot held: as [`crate::tls::read_slot_into`] reports it (a thread without a
     /// TLS block for the module reads as `Null`), or why it could not be read.
     pub contents: Result<SlotContents, SampleError>,
     /// The attrs-data of a valid record (empty otherwise).

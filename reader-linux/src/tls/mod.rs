@@ -10,7 +10,7 @@ mod sample;
 pub use elf::{
     ElfError, ElfTls, Machine, Relocated, SymbolInfo, SymbolTable, TlsReloc, TlsSegment,
 };
-pub use modules::{loaded_modules, ElfCache, Modules, SkipReason, SkippedModule};
+pub use modules::{loaded_modules, ElfCache, Modules, SkipReason, SkippedModule, TOTAL_FILE_BYTES};
 pub use ptrace::{PtraceError, StoppedThread};
 pub use resolve::{
     defining_module, resolve, resolve_for, AccessModel, DtvLayout, Libc, LoadedModule, Resolution,

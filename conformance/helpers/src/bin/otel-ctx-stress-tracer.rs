@@ -14,8 +14,9 @@
 
 use std::io::{Read, Write};
 
-use otel_ctx_reader::{read_stopped, StoppedThread};
-use otel_ctx_reader::{ProcessContextReader, ProcessMemory, ReadMethod, ThreadReader};
+use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
+use otel_ctx_reader::tls::{read_stopped, StoppedThread};
+use otel_ctx_reader::{ProcessContextReader, ThreadReader};
 
 fn fail(what: &str, e: impl std::fmt::Display) -> ! {
     eprintln!("otel-ctx-stress-tracer: {what}: {e}");
