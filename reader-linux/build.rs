@@ -6,10 +6,12 @@
 //!    unless asked to. Only the examples: the in-process self-check expects the test
 //!    binary's symbol in `.symtab` alone, as a binary that forgot the export has it. The
 //!    library itself defines no such symbol.
-//! 2. With the `ebpf` feature, compiles the BPF sampler `ebpf/sampler.bpf.c` with clang
-//!    (`-target bpf`) into `OUT_DIR/sampler.bpf.o`, which `src/ebpf` includes. The
-//!    compiler is `$OTEL_CTX_BPF_CLANG`, else the first of `clang`, `clang-19`, `clang-22`,
-//!    `clang-16`, `clang-14` found; the helper headers come from libbpf-dev.
+//! 2. With the `ebpf` feature, provides the BPF sampler's object (`OUT_DIR/sampler.bpf.o`,
+//!    which `src/ebpf` includes): the one checked in beside its source
+//!    (`bpf/sampler.<arch>.bpf.o`, built by `scripts/build-bpf.sh` with clang 19; CI fails
+//!    when a fresh build differs), so that no C compiler is needed to build the reader; or,
+//!    when `$OTEL_CTX_BPF_CLANG` names a clang, compiled from `bpf/sampler.bpf.c` with it
+//!    (the helper headers come from libbpf-dev).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -25,48 +27,44 @@ fn main() {
 }
 
 fn compile_bpf() {
-    let source = "ebpf/sampler.bpf.c";
-    println!("cargo:rerun-if-changed={source}");
-    println!("cargo:rerun-if-env-changed=OTEL_CTX_BPF_CLANG");
+    let source = "bpf/sampler.bpf.c";
     let arch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
-        Ok("x86_64") => "OTEL_CTX_ARCH_X86_64",
-        Ok("aarch64") => "OTEL_CTX_ARCH_AARCH64",
+        Ok("x86_64") => "x86_64",
+        Ok("aarch64") => "aarch64",
         Ok(other) => panic!(
             "the ebpf feature supports x86_64 and aarch64 (the thread pointer's place in the \
              kernel's task_struct), not {other}"
         ),
         Err(e) => panic!("CARGO_CFG_TARGET_ARCH: {e}"),
     };
+    let checked_in = format!("bpf/sampler.{arch}.bpf.o");
+    println!("cargo:rerun-if-changed={source}");
+    println!("cargo:rerun-if-changed={checked_in}");
+    println!("cargo:rerun-if-env-changed=OTEL_CTX_BPF_CLANG");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"))
         .join("sampler.bpf.o");
-    let candidates: Vec<String> = match std::env::var("OTEL_CTX_BPF_CLANG") {
-        Ok(clang) => vec![clang],
-        Err(_) => ["clang", "clang-19", "clang-22", "clang-16", "clang-14"]
-            .map(String::from)
-            .to_vec(),
+    let Ok(clang) = std::env::var("OTEL_CTX_BPF_CLANG") else {
+        std::fs::copy(&checked_in, &out)
+            .unwrap_or_else(|e| panic!("copy the BPF object {checked_in}: {e}"));
+        return;
     };
-    let mut tried = Vec::new();
-    for clang in &candidates {
-        let run = Command::new(clang)
-            .args(["-target", "bpf", "-O2", "-g", "-Wall", "-Werror"])
-            .arg(format!("-D{arch}"))
-            .args(["-c", source, "-o"])
-            .arg(&out)
-            .output();
-        match run {
-            Ok(output) if output.status.success() => return,
-            Ok(output) => panic!(
-                "{clang} failed to compile {source} for the ebpf feature:\n{}\n(the BPF helper \
-                 headers come from libbpf-dev: apt-get install libbpf-dev)",
-                String::from_utf8_lossy(&output.stderr)
-            ),
-            Err(e) => tried.push(format!("{clang}: {e}")),
-        }
+    let define = format!("-DOTEL_CTX_ARCH_{}", arch.to_uppercase());
+    let here = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let run = Command::new(&clang)
+        .args(["-target", "bpf", "-O2", "-g", "-Wall", "-Werror"])
+        .arg(define)
+        // The object names no path of this checkout: builds anywhere give the same bytes.
+        .arg(format!("-ffile-prefix-map={here}=."))
+        .args(["-c", source, "-o"])
+        .arg(&out)
+        .output();
+    match run {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => panic!(
+            "{clang} failed to compile {source} for the ebpf feature:\n{}\n(the BPF helper \
+             headers come from libbpf-dev: apt-get install libbpf-dev)",
+            String::from_utf8_lossy(&output.stderr)
+        ),
+        Err(e) => panic!("OTEL_CTX_BPF_CLANG={clang}: {e}"),
     }
-    panic!(
-        "the ebpf feature compiles {source} with clang, and none was found ({}). Install \
-         clang and the BPF helper headers (Debian: apt-get install clang-19 libbpf-dev), \
-         set OTEL_CTX_BPF_CLANG to a clang, or build without the ebpf feature",
-        tried.join("; ")
-    );
 }

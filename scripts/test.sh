@@ -66,7 +66,8 @@ run_tests cargo test --workspace
 # The observer tests need the feature that installs a process-wide context observer.
 run_tests cargo test -p otel-ctx-opentelemetry --features context-observer
 
-step "eBPF sampler (feature ebpf: clang, root, BTF)"
+step "eBPF sampler (feature ebpf: root, BTF; clang 19 to check the checked-in objects)"
+bash scripts/build-bpf.sh --check
 cargo clippy -p otel-ctx-reader -p otel-ctx --all-targets --features ebpf -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc -p otel-ctx-reader --features ebpf --no-deps -q
 cargo build -q -p otel-ctx-reader --features ebpf --examples

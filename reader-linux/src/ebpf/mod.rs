@@ -2,7 +2,7 @@
 //! sample time without stopping it.
 //!
 //! A CPU-clock perf event ticks at N Hz on every CPU; on each tick a BPF program
-//! (`ebpf/sampler.bpf.c`, built by clang in `build.rs`) checks whether the interrupted
+//! (`bpf/sampler.bpf.c`, built by clang in `build.rs`) checks whether the interrupted
 //! task belongs to the target process, reads its thread pointer from the kernel's task
 //! structure (BTF / CO-RE: `thread.fsbase` on x86_64, `thread.uw.tp_value` on aarch64),
 //! finds the `otel_thread_ctx_v1` slot with the parameters computed here from the
@@ -36,7 +36,7 @@ use crate::tls::{Resolution, SampleError, SlotContents};
 
 pub use wire::{EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_RECORD_SIZE, EBPF_MAX_STACK};
 
-/// The BPF object `build.rs` compiled from `ebpf/sampler.bpf.c`.
+/// The BPF object `build.rs` compiled from `bpf/sampler.bpf.c`.
 static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
 const PROGRAM_NAME: &str = "sample_thread_context";
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";

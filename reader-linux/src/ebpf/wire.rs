@@ -1,4 +1,4 @@
-//! The bytes exchanged with the BPF program (`ebpf/sampler.bpf.c`): the configuration
+//! The bytes exchanged with the BPF program (`bpf/sampler.bpf.c`): the configuration
 //! words user space writes, and the samples the program sends through its ring buffer.
 //! Both are parsed and built field by field from native-endian bytes, so no `unsafe`
 //! reinterpretation of memory is needed.
