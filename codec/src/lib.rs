@@ -39,6 +39,8 @@ extern crate alloc;
 pub mod attrs;
 pub mod header;
 #[cfg(feature = "alloc")]
+pub mod hex;
+#[cfg(feature = "alloc")]
 pub mod owned;
 pub mod proto;
 pub mod record;

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use otel_ctx_codec::attrs::{ResolvedAttrs, MAX_KEYS};
+use otel_ctx_codec::hex::encode as hex;
 use otel_ctx_reader::{OwnedThreadContext, ThreadError, ThreadReader, ThreadReport};
 use otel_ctx_reader::{ProcessMaps, SkippedModule, SymbolTable, ThreadReaderOptions};
 
@@ -12,13 +13,6 @@ use serde::Serialize;
 use super::Failure;
 use super::{json, text};
 
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
 
 /// What `show` learned of a process's threads.
 pub enum Threads {
