@@ -81,7 +81,8 @@ enum Command {
         #[arg(long)]
         ebpf: bool,
     },
-    /// Start a demo service that publishes contexts, and watch what a reader sees.
+    /// Start a demo service that publishes contexts, and watch what a reader sees (a build
+    /// with the `demo` feature: `cargo install --path cli --features demo`).
     Demo {
         /// How long to run, such as `10s`, `500ms` or `2m`; Ctrl-C stops earlier.
         #[arg(long, default_value = "10s", value_parser = commands::parse_duration, allow_negative_numbers = true)]
@@ -113,6 +114,7 @@ enum Command {
         command: Vec<String>,
     },
     /// The demo service itself (started by `demo`).
+    #[cfg(feature = "demo")]
     #[command(hide = true)]
     DemoService,
 }
@@ -137,7 +139,15 @@ fn main() -> ExitCode {
             json,
             ebpf,
         } => commands::watch::run(pid, hz, duration, &by, raw_keys, json, ebpf),
+        #[cfg(feature = "demo")]
         Command::Demo { duration, ebpf } => commands::demo::run(duration, ebpf),
+        #[cfg(not(feature = "demo"))]
+        Command::Demo { .. } => Err(commands::Failure::usage(
+            "this otel-ctx was built without the demo service, which links a writer and the \
+             OpenTelemetry SDK: build it with `--features demo` (cargo install --path cli \
+             --features demo)",
+        )),
+        #[cfg(feature = "demo")]
         Command::DemoService => commands::demo::service().map_err(commands::Failure::Unusable),
         Command::Check {
             pid,

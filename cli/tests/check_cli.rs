@@ -15,7 +15,7 @@ use serde_json::Value;
 
 mod support;
 
-use support::{helper, otel_ctx, run, text};
+use support::{helper, run, text};
 
 /// The libdatadog helper, linked so that `otel_thread_ctx_v1` is in its `.dynsym` (a
 /// Rust executable exports nothing there unless asked), into a copy of its own.
@@ -117,17 +117,12 @@ const KEY_RULES: &[&str] = &[
 
 #[test]
 fn our_writer_passes() {
-    let exe = otel_ctx().to_str().expect("utf-8 path").to_owned();
+    let exe = support::traced_service()
+        .to_str()
+        .expect("utf-8 path")
+        .to_owned();
     // The demo service updates its process context every second.
-    let out = run(&[
-        "check",
-        "--json",
-        "--observe",
-        "1500ms",
-        "--",
-        &exe,
-        "demo-service",
-    ]);
+    let out = run(&["check", "--json", "--observe", "1500ms", "--", &exe]);
     let doc = json(&out);
     assert_eq!(failing(&doc), Vec::<String>::new());
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -192,8 +187,7 @@ struct Demo(Child);
 
 impl Demo {
     fn start() -> Self {
-        let child = Command::new(otel_ctx())
-            .arg("demo-service")
+        let child = Command::new(support::traced_service())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -229,7 +223,7 @@ fn a_pid_in_text() {
     let lines: Vec<&str> = stdout.lines().collect();
     // A heading, one line per rule in order, the counts.
     assert_eq!(lines.len(), RuleId::ALL.len() + 2, "{stdout}");
-    assert!(lines[0].starts_with(&format!("otel-ctx check: process {pid} (otel-ctx)")));
+    assert!(lines[0].starts_with(&format!("otel-ctx check: process {pid} (traced_service)")));
     for (line, rule) in lines[1..].iter().zip(RuleId::ALL) {
         let mut words = line.split_whitespace();
         let status = words.next().expect("status");
@@ -255,7 +249,7 @@ fn json_shape() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let doc = json(&out);
     assert_eq!(doc["pid"], u64::from(demo.0.id()));
-    assert_eq!(doc["comm"], "otel-ctx");
+    assert_eq!(doc["comm"], "traced_service");
     assert_eq!(doc["command"], Value::Null);
     assert_eq!(doc["passed"], true);
     let results = doc["results"].as_array().expect("results");

@@ -375,6 +375,7 @@ fn permission_denied_names_what_is_needed() {
     assert!(stderr.contains("CAP_SYS_PTRACE"), "{stderr}");
 }
 
+#[cfg(feature = "demo")]
 #[test]
 fn demo_runs_and_stops_its_service() {
     let out = run(&["demo", "--duration", "1500ms"]);
@@ -412,6 +413,7 @@ fn demo_runs_and_stops_its_service() {
     );
 }
 
+#[cfg(feature = "demo")]
 #[test]
 fn a_second_reader_beside_the_demo_waits_for_its_sampler() {
     // The demo samples its service with ptrace at 99 Hz: each of its samples holds a
@@ -451,6 +453,26 @@ fn a_second_reader_beside_the_demo_waits_for_its_sampler() {
     let _ = demo.wait();
 }
 
+/// The default build is a reader only: `demo` says how to get it, and the tool exports no
+/// TLS slot of its own.
+#[cfg(not(feature = "demo"))]
+#[test]
+fn a_build_without_the_demo_says_how_to_get_it() {
+    let out = run(&["demo", "--duration", "1s"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("--features demo"), "{stderr}");
+    let symbols = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(otel_ctx())
+        .output()
+        .expect("run nm (binutils)");
+    assert!(
+        !text(&symbols.stdout).contains("otel_thread_ctx_v1"),
+        "the read-side tool defines the TLS slot"
+    );
+}
+
 #[test]
 fn show_json_threads() {
     let service = DemoService::start();
@@ -467,7 +489,7 @@ fn show_json_threads() {
         assert!(tc["defining_module"]
             .as_str()
             .unwrap()
-            .ends_with("otel-ctx"));
+            .ends_with("traced_service"));
         let threads = doc["threads"].as_array().unwrap();
         let workers: Vec<&Value> = threads
             .iter()

@@ -96,6 +96,7 @@ fn the_service_is_read_as_an_sdk_resource_and_request_spans() {
     }
 }
 
+#[cfg(feature = "demo")]
 #[test]
 fn the_demo_view_counts_samples_per_route() {
     let out = run(&["demo", "--duration", "2500ms"]);

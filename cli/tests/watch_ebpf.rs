@@ -245,7 +245,7 @@ fn the_demo_service_sampled_by_ebpf() {
 
 /// `otel-ctx demo --ebpf`: the live view of the demo service, sampled by eBPF; its final
 /// table (printed when the output is not a terminal) names the service's routes.
-#[cfg(feature = "ebpf")]
+#[cfg(all(feature = "ebpf", feature = "demo"))]
 #[test]
 fn the_demo_view_from_ebpf_samples() {
     let out = Command::new(otel_ctx())
@@ -278,7 +278,7 @@ fn the_demo_view_from_ebpf_samples() {
     assert!(samples > 0, "{stdout}");
 }
 
-#[cfg(not(feature = "ebpf"))]
+#[cfg(all(not(feature = "ebpf"), feature = "demo"))]
 #[test]
 fn a_build_without_the_feature_refuses_demo_ebpf() {
     let out = Command::new(otel_ctx())

@@ -8,6 +8,7 @@ use std::time::Duration;
 use otel_ctx_reader::{Error, ThreadError};
 
 pub mod check;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod json;
 pub mod ps;

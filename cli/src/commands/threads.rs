@@ -13,7 +13,6 @@ use serde::Serialize;
 use super::Failure;
 use super::{json, text};
 
-
 /// What `show` learned of a process's threads.
 pub enum Threads {
     /// No module (of those that could be analysed) exports `otel_thread_ctx_v1`.

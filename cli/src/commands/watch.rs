@@ -331,6 +331,7 @@ impl Sampler {
     }
 
     /// Thread samples taken.
+    #[cfg(feature = "demo")]
     pub const fn samples(&self) -> u64 {
         self.samples
     }

@@ -35,15 +35,34 @@ pub const DEMO_ROUTES: [&str; 5] = [
     "/healthz",
 ];
 
-/// `otel-ctx demo-service` (the demo's `tracing` + OpenTelemetry SDK service), stopped by
-/// closing its input on drop.
+/// The demo's service (`tracing` + the OpenTelemetry SDK), as the `traced_service`
+/// example of `otel-ctx-tracing` runs it (the same service as `otel-ctx demo-service` in a
+/// build with the `demo` feature), stopped by closing its input on drop.
 pub struct DemoService(Child);
+
+/// The `traced_service` example, built once.
+pub fn traced_service() -> &'static Path {
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        build(
+            &[
+                "build",
+                "-p",
+                "otel-ctx-tracing",
+                "--features",
+                "demo-service",
+                "--example",
+                "traced_service",
+            ],
+            "traced_service",
+        )
+    })
+}
 
 impl DemoService {
     /// Starts it and waits until its key map is published.
     pub fn start() -> Self {
-        let child = Command::new(otel_ctx())
-            .arg("demo-service")
+        let child = Command::new(traced_service())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .process_group(0)
