@@ -1,0 +1,441 @@
+//! Modules: the ELF files a target maps, each read once (headers, unwind sections,
+//! symbol tables, DWARF) and cached by build id, else by device and inode.
+//!
+//! A target's files are hostile input. They are opened only with
+//! [`otel_ctx_reader::files::open_mapped`] (which never blocks, never opens a FIFO or a
+//! device, resolves the path inside the target's root and checks device and inode), and
+//! read with `pread` through [`BudgetedFile`], which charges every range to a
+//! [`FileBudget`] before it is allocated: a section header that claims gigabytes costs
+//! nothing, and a file truncated while it is read makes a read fail, where an `mmap`
+//! would kill this process with `SIGBUS`. Nothing here maps a target file.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Read;
+use std::ops::{Deref, Range};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use object::elf::{EM_AARCH64, EM_X86_64, NT_GNU_BUILD_ID, PF_X, PT_LOAD, PT_NOTE};
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::{CompressionFormat, Endianness, Object, ObjectSection};
+use otel_ctx_reader::files::{open_mapped, BoundedRead, BudgetedFile, FileBudget};
+use otel_ctx_reader::{FileRange, MappedFile};
+
+use crate::symbolize::{Symbol, SymbolTable};
+use crate::{hex, Arch};
+
+/// The gimli reader of a module's DWARF: section bytes owned by the module.
+pub(crate) type DwarfReader = gimli::EndianArcSlice<gimli::LittleEndian>;
+
+/// Section bytes owned by a module and shared, without copying, with the unwinder.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Bytes(Arc<[u8]>);
+
+impl Deref for Bytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// What identifies a module's contents across processes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ModuleKey {
+    /// The GNU build id (`NT_GNU_BUILD_ID` note).
+    BuildId(Box<[u8]>),
+    /// No build id: the file's device and inode.
+    File {
+        /// `st_dev`.
+        dev: u64,
+        /// `st_ino`.
+        inode: u64,
+    },
+}
+
+impl fmt::Display for ModuleKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BuildId(id) => f.write_str(&hex(id)),
+            Self::File { dev, inode } => write!(f, "dev {dev:#x} inode {inode}"),
+        }
+    }
+}
+
+/// A `PT_LOAD` segment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Segment {
+    pub vaddr: u64,
+    pub offset: u64,
+    pub filesz: u64,
+    pub executable: bool,
+}
+
+/// The sections framehop unwinds with, and the addresses it needs to read them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct UnwindSections {
+    pub text_svma: Option<Range<u64>>,
+    pub got_svma: Option<Range<u64>>,
+    pub eh_frame: Option<(Range<u64>, Bytes)>,
+    pub eh_frame_hdr: Option<(Range<u64>, Bytes)>,
+    pub debug_frame: Option<Bytes>,
+}
+
+/// One module's contents, as read once.
+pub(crate) struct ModuleData {
+    pub key: ModuleKey,
+    pub build_id: Option<Box<[u8]>>,
+    pub arch: Arch,
+    pub segments: Vec<Segment>,
+    pub unwind: UnwindSections,
+    pub symbols: SymbolTable,
+    pub dwarf: Option<addr2line::Context<DwarfReader>>,
+    /// Why the DWARF was left out, when the file has some.
+    pub dwarf_note: Option<String>,
+    pub bytes_read: u64,
+    /// Symbolized addresses (`svma`), at most [`MAX_SYMBOLIZED_PER_MODULE`].
+    pub symbolized: RefCell<HashMap<u64, Rc<[Symbol]>>>,
+}
+
+/// Addresses a module keeps symbolized; past that the cache starts over.
+pub(crate) const MAX_SYMBOLIZED_PER_MODULE: usize = 1 << 16;
+
+impl fmt::Debug for ModuleData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModuleData")
+            .field("key", &self.key)
+            .field("arch", &self.arch)
+            .field("symbols", &self.symbols.len())
+            .field("dwarf", &self.dwarf.is_some())
+            .field("dwarf_note", &self.dwarf_note)
+            .field("bytes_read", &self.bytes_read)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ModuleData {
+    /// The load bias of the file mapped as `ranges`: what is added to an address of
+    /// the file (`svma`) to give the address in the process. `None` when no mapping of
+    /// the file lines up with one of its `PT_LOAD` segments.
+    pub fn bias(&self, ranges: &[FileRange]) -> Option<u64> {
+        ranges.iter().filter(|r| r.is_executable()).find_map(|r| {
+            let seg = self.segments.iter().find(|s| {
+                s.executable
+                    && s.offset & !0xfff <= r.offset
+                    && r.offset < s.offset.saturating_add(s.filesz.max(1))
+            })?;
+            // r.start holds file offset r.offset, which the segment puts at
+            // vaddr + (r.offset - offset).
+            let svma = seg.vaddr.wrapping_add(r.offset).wrapping_sub(seg.offset);
+            Some(r.start.wrapping_sub(svma))
+        })
+    }
+}
+
+/// Why a module was not read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkipReason(pub String);
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a module cache may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CacheLimits {
+    /// Modules kept; past that, the modules no profiler uses any more are dropped.
+    /// Default 1024.
+    pub max_modules: usize,
+}
+
+impl Default for CacheLimits {
+    fn default() -> Self {
+        Self { max_modules: 1024 }
+    }
+}
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    modules: HashMap<ModuleKey, Rc<ModuleData>>,
+    limits: CacheLimits,
+    loads: u64,
+    hits: u64,
+}
+
+/// Modules read so far, by build id (else device and inode), shared by the profilers
+/// of one thread: a module mapped by many processes, or mapped again, is read once.
+/// Cloning gives another handle to the same cache.
+#[derive(Clone, Debug, Default)]
+pub struct ModuleCache(Rc<RefCell<CacheInner>>);
+
+/// How a module cache has been used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Modules in the cache.
+    pub modules: usize,
+    /// Modules read from their files.
+    pub loads: u64,
+    /// Modules found in the cache instead.
+    pub hits: u64,
+}
+
+impl ModuleCache {
+    /// An empty cache with these limits.
+    pub fn new(limits: CacheLimits) -> Self {
+        Self(Rc::new(RefCell::new(CacheInner {
+            limits,
+            ..CacheInner::default()
+        })))
+    }
+
+    /// How it has been used.
+    pub fn stats(&self) -> CacheStats {
+        let inner = self.0.borrow();
+        CacheStats {
+            modules: inner.modules.len(),
+            loads: inner.loads,
+            hits: inner.hits,
+        }
+    }
+
+    fn get(&self, key: &ModuleKey) -> Option<Rc<ModuleData>> {
+        let mut inner = self.0.borrow_mut();
+        let found = inner.modules.get(key).cloned();
+        if found.is_some() {
+            inner.hits += 1;
+        }
+        found
+    }
+
+    fn insert(&self, module: Rc<ModuleData>) {
+        let mut inner = self.0.borrow_mut();
+        inner.loads += 1;
+        if inner.modules.len() >= inner.limits.max_modules {
+            // Only this cache holds them: no profiler maps them any more.
+            inner.modules.retain(|_, m| Rc::strong_count(m) > 1);
+        }
+        if inner.modules.len() < inner.limits.max_modules {
+            inner.modules.insert(module.key.clone(), module);
+        }
+    }
+
+    /// The module `file` of process `pid` maps: from the cache, or read now.
+    pub(crate) fn module(
+        &self,
+        pid: u32,
+        file: &MappedFile,
+        options: &LoadOptions,
+    ) -> Result<Rc<ModuleData>, SkipReason> {
+        let opened = open_mapped(pid, file).map_err(|e| SkipReason(format!("not opened: {e}")))?;
+        let budgeted = BudgetedFile::new(opened.file, opened.size, options.budget);
+        let head = read_head(&budgeted, file).map_err(|e| budget_reason(&budgeted, e))?;
+        if let Some(module) = self.get(&head.key) {
+            return Ok(module);
+        }
+        let module = Rc::new(load(&budgeted, head, options)?);
+        self.insert(module.clone());
+        Ok(module)
+    }
+}
+
+/// What reading a module may cost and what is read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LoadOptions {
+    pub budget: FileBudget,
+    pub debug_info: bool,
+}
+
+/// The reason a read failed: the budget's, when it ran out, else `what`.
+fn budget_reason(file: &BudgetedFile, what: String) -> SkipReason {
+    match file.exceeded() {
+        Some(exceeded) => SkipReason(format!("skipped: {exceeded}")),
+        None => SkipReason(what),
+    }
+}
+
+/// The ELF header, segments and build id, read before the cache is asked.
+struct Head {
+    key: ModuleKey,
+    build_id: Option<Box<[u8]>>,
+    arch: Arch,
+    segments: Vec<Segment>,
+}
+
+/// Reads the ELF header, the program headers and the build-id note (a few hundred
+/// bytes), enough to find the module in the cache.
+fn read_head(file: &BudgetedFile, mapped: &MappedFile) -> Result<Head, String> {
+    let data = file.read();
+    let header = object::elf::FileHeader64::<Endianness>::parse(data)
+        .map_err(|e| format!("not a 64-bit ELF file ({e})"))?;
+    let endian = header
+        .endian()
+        .map_err(|e| format!("not a 64-bit ELF file ({e})"))?;
+    if endian != Endianness::Little {
+        return Err("a big-endian ELF file, which this profiler does not read".into());
+    }
+    let arch = match header.e_machine(endian) {
+        EM_X86_64 => Arch::X86_64,
+        EM_AARCH64 => Arch::Aarch64,
+        other => {
+            return Err(format!(
+                "an ELF file for machine {other}, not x86_64 or aarch64"
+            ))
+        }
+    };
+    let phdrs = header
+        .program_headers(endian, data)
+        .map_err(|e| format!("malformed program headers ({e})"))?;
+    let mut segments = Vec::new();
+    let mut build_id = None;
+    for ph in phdrs {
+        match ph.p_type(endian) {
+            PT_LOAD => segments.push(Segment {
+                vaddr: ph.p_vaddr(endian),
+                offset: ph.p_offset(endian),
+                filesz: ph.p_filesz(endian),
+                executable: ph.p_flags(endian) & PF_X != 0,
+            }),
+            PT_NOTE if build_id.is_none() => {
+                let Ok(Some(mut notes)) = ph.notes(endian, data) else {
+                    continue;
+                };
+                while let Ok(Some(note)) = notes.next() {
+                    if note.name() == b"GNU" && note.n_type(endian) == NT_GNU_BUILD_ID {
+                        let desc = note.desc();
+                        if !desc.is_empty() && desc.len() <= 64 {
+                            build_id = Some(desc.into());
+                        }
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let key = match &build_id {
+        Some(id) => ModuleKey::BuildId(Box::clone(id)),
+        None => ModuleKey::File {
+            dev: mapped.dev,
+            inode: mapped.inode,
+        },
+    };
+    Ok(Head {
+        key,
+        build_id,
+        arch,
+        segments,
+    })
+}
+
+/// Reads what unwinding and symbolizing need: the sections and symbol tables first,
+/// then (when asked, and while the budget lasts) the DWARF.
+fn load(file: &BudgetedFile, head: Head, options: &LoadOptions) -> Result<ModuleData, SkipReason> {
+    let data = file.read();
+    let elf = ElfFile64::<Endianness, BoundedRead<'_>>::parse(data)
+        .map_err(|e| budget_reason(file, format!("malformed ELF file ({e})")))?;
+    let section = |name: &str| -> Result<Option<(Range<u64>, Bytes)>, SkipReason> {
+        let left = options.budget.max_bytes.saturating_sub(file.bytes_read());
+        section_bytes(&elf, name, left)
+            .map_err(|e| budget_reason(file, format!("section {name}: {e}")))
+    };
+    let range_of = |name: &str| {
+        elf.section_by_name(name)
+            .map(|s| s.address()..s.address().saturating_add(s.size()))
+    };
+    let unwind = UnwindSections {
+        text_svma: range_of(".text"),
+        got_svma: range_of(".got"),
+        eh_frame: section(".eh_frame")?,
+        eh_frame_hdr: section(".eh_frame_hdr")?,
+        debug_frame: section(".debug_frame")?.map(|(_, bytes)| bytes),
+    };
+    let symbols = SymbolTable::read(&elf);
+    if let Some(exceeded) = file.exceeded() {
+        return Err(SkipReason(format!("skipped: {exceeded}")));
+    }
+    let mut dwarf = None;
+    let mut dwarf_note = None;
+    if options.debug_info && elf.section_by_name(".debug_info").is_some() {
+        match read_dwarf(&elf, file, options.budget.max_bytes) {
+            Ok(context) => dwarf = Some(context),
+            Err(e) => {
+                dwarf_note = Some(match file.exceeded() {
+                    Some(exceeded) => format!("debug info left out: {exceeded}"),
+                    None => format!("debug info left out: {e}"),
+                })
+            }
+        }
+    }
+    Ok(ModuleData {
+        key: head.key,
+        build_id: head.build_id,
+        arch: head.arch,
+        segments: head.segments,
+        unwind,
+        symbols,
+        dwarf,
+        dwarf_note,
+        bytes_read: file.bytes_read(),
+        symbolized: RefCell::new(HashMap::new()),
+    })
+}
+
+/// The bytes of section `name` (decompressed when `SHF_COMPRESSED` with zlib, to at
+/// most `max_uncompressed` bytes), with its address range; `None` when the file has no
+/// such section or it occupies no bytes in the file.
+fn section_bytes<'a>(
+    elf: &ElfFile64<'a, Endianness, BoundedRead<'a>>,
+    name: &str,
+    max_uncompressed: u64,
+) -> Result<Option<(Range<u64>, Bytes)>, String> {
+    let Some(section) = elf.section_by_name(name) else {
+        return Ok(None);
+    };
+    let range = section.address()..section.address().saturating_add(section.size());
+    let compressed = section.compressed_data().map_err(|e| e.to_string())?;
+    let bytes: Arc<[u8]> = match compressed.format {
+        CompressionFormat::None => compressed.data.into(),
+        CompressionFormat::Zlib => {
+            if compressed.uncompressed_size > max_uncompressed {
+                return Err(format!(
+                    "claims {} bytes uncompressed, more than the {max_uncompressed} left",
+                    compressed.uncompressed_size
+                ));
+            }
+            let mut out = Vec::new();
+            flate2::read::ZlibDecoder::new(compressed.data)
+                .take(compressed.uncompressed_size)
+                .read_to_end(&mut out)
+                .map_err(|e| format!("zlib: {e}"))?;
+            out.into()
+        }
+        _ => return Err("compressed in a format this profiler does not read".into()),
+    };
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((range, Bytes(bytes))))
+}
+
+/// The DWARF sections, read under what is left of the budget, as an addr2line context.
+fn read_dwarf<'a>(
+    elf: &ElfFile64<'a, Endianness, BoundedRead<'a>>,
+    file: &BudgetedFile,
+    max_bytes: u64,
+) -> Result<addr2line::Context<DwarfReader>, String> {
+    let load = |id: gimli::SectionId| -> Result<DwarfReader, String> {
+        let left = max_bytes.saturating_sub(file.bytes_read());
+        let bytes = match section_bytes(elf, id.name(), left)? {
+            Some((_, Bytes(bytes))) => bytes,
+            None => Arc::from(&[][..]),
+        };
+        Ok(gimli::EndianArcSlice::new(bytes, gimli::LittleEndian))
+    };
+    let dwarf = gimli::Dwarf::load(load)?;
+    addr2line::Context::from_dwarf(dwarf).map_err(|e| format!("malformed DWARF ({e})"))
+}
