@@ -284,7 +284,13 @@ impl Walker {
                 )
             }
             Inner::Aarch64 { unwinder, cache } => {
-                let mask = PtrAuthMask::from_max_known_address(unwinder.max_known_code_address());
+                // Return addresses carry pointer-authentication bits above the highest
+                // code address. framehop's mask of "no module" (0) is a shift by 64
+                // (a panic): with no module there is nothing to strip them for.
+                let mask = match unwinder.max_known_code_address() {
+                    0 => PtrAuthMask::new_no_strip(),
+                    max => PtrAuthMask::from_max_known_address(max),
+                };
                 let regs = UnwindRegsAarch64::new_with_ptr_auth_mask(
                     mask,
                     registers.lr,
@@ -369,5 +375,107 @@ where
         });
         address = next;
         sp = new_sp;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SP: u64 = 0x7ffd_1000_0000;
+
+    /// A stack of `words` from `SP` up.
+    fn stack(words: &[(u64, u64)], len: usize) -> Vec<u8> {
+        let mut bytes = vec![0u8; len];
+        for &(address, value) in words {
+            let at = (address - SP) as usize;
+            bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        bytes
+    }
+
+    fn walk(arch: Arch, registers: UserRegisters, stack: &[u8]) -> (Vec<u64>, UnwindEnd) {
+        let mut frames = Vec::new();
+        let end = Walker::new(arch).walk(&registers, stack, 256, &mut frames);
+        (frames.iter().map(|f| f.address).collect(), end)
+    }
+
+    #[test]
+    fn frame_pointer_chain_x86_64() {
+        // fp -> [next fp, return address]; the outermost frame pointer is 0.
+        let bytes = stack(
+            &[
+                (SP + 0x10, SP + 0x30),
+                (SP + 0x18, 0x40_1011),
+                (SP + 0x30, 0),
+                (SP + 0x38, 0x40_2022),
+            ],
+            0x100,
+        );
+        let registers = UserRegisters {
+            ip: 0x40_0000,
+            sp: SP,
+            fp: SP + 0x10,
+            lr: 0,
+        };
+        let (frames, end) = walk(Arch::X86_64, registers, &bytes);
+        assert_eq!(frames, [0x40_0000, 0x40_1011, 0x40_2022]);
+        assert_eq!(end, UnwindEnd::Root);
+        // The same chain cut short by the copy.
+        let (frames, end) = walk(Arch::X86_64, registers, &bytes[..0x20]);
+        assert_eq!(frames, [0x40_0000, 0x40_1011]);
+        assert_eq!(end, UnwindEnd::StackEnd);
+        // No copy at all.
+        let (frames, end) = walk(Arch::X86_64, registers, &[]);
+        assert_eq!((frames.len(), end), (1, UnwindEnd::NoStack));
+    }
+
+    #[test]
+    fn frame_pointer_chain_aarch64() {
+        // Frame records are [x29, x30] pairs; the outermost record is [0, 0]. Without
+        // CFI, framehop takes the leaf to have a record too (lr is not used).
+        let bytes = stack(
+            &[
+                (SP + 0x10, SP + 0x30),
+                (SP + 0x18, 0x40_2022),
+                (SP + 0x30, SP + 0x50),
+                (SP + 0x38, 0x40_3033),
+            ],
+            0x100,
+        );
+        let registers = UserRegisters {
+            ip: 0x40_0000,
+            sp: SP,
+            fp: SP + 0x10,
+            lr: 0x40_1011,
+        };
+        let (frames, end) = walk(Arch::Aarch64, registers, &bytes);
+        assert_eq!(frames, [0x40_0000, 0x40_2022, 0x40_3033]);
+        assert_eq!(end, UnwindEnd::Root);
+    }
+
+    #[test]
+    fn chains_that_go_nowhere_end() {
+        // A frame pointer below the stack pointer, and one pointing at itself.
+        for fp in [SP - 0x100, SP] {
+            let bytes = stack(&[(SP, SP), (SP + 8, 0x40_1011)], 0x40);
+            let registers = UserRegisters {
+                ip: 0x40_0000,
+                sp: SP,
+                fp,
+                lr: 0,
+            };
+            let (frames, end) = walk(Arch::X86_64, registers, &bytes);
+            assert!(end.is_failure(), "{fp:#x}: {end:?}");
+            assert!(frames.len() <= 2, "{fp:#x}: {frames:x?}");
+        }
+    }
+
+    #[test]
+    fn every_end_has_a_name_and_a_message() {
+        for end in UnwindEnd::ALL {
+            assert!(!end.name().is_empty() && !end.to_string().is_empty());
+            assert_eq!(end.is_failure(), end != UnwindEnd::Root);
+        }
     }
 }
