@@ -156,3 +156,79 @@ fn write_empty_svg(title: &str, mut out: impl Write) -> io::Result<()> {
          <text x=\"600\" y=\"48\" text-anchor=\"middle\">no samples</text></svg>\n"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::example;
+
+    #[test]
+    fn folded_lines_root_first_with_counts() {
+        let mut out = Vec::new();
+        example()
+            .write_folded(&FoldedOptions::default(), &mut out)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "(no context);[overflow: past the profile's limits] 4\n\
+             (no context);[unknown] 0x7fff0000;[unknown] libx.so+0x300 2\n\
+             (no http.route);main:<b>;outer_fn (a.c:10);inlined_fn (a.c:3) 1\n\
+             /cart;main:<b>;outer_fn (a.c:10);inlined_fn (a.c:3) 3\n"
+        );
+        let bare = example().folded(&FoldedOptions::default().with_by(None::<String>));
+        assert_eq!(
+            bare.get("main:<b>;outer_fn (a.c:10);inlined_fn (a.c:3)"),
+            Some(&4),
+            "{bare:?}"
+        );
+    }
+
+    #[test]
+    fn frames_never_break_the_format() {
+        assert_eq!(frame("a;b\nc"), "a:b?c");
+        assert_eq!(frame(""), "(empty)");
+        assert!(matches!(frame("plain"), Cow::Borrowed("plain")));
+    }
+
+    #[test]
+    fn svg_is_xml_and_escapes_what_it_shows() {
+        let profile = example();
+        let mut out = Vec::new();
+        profile
+            .write_svg(&FoldedOptions::default(), &mut out)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let options = roxmltree::ParsingOptions {
+            allow_dtd: true,
+            ..Default::default()
+        };
+        let doc = roxmltree::Document::parse_with_options(&text, options).unwrap();
+        let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.contains("checkout <&> \"svc\": 2.5 s, 10 samples")),
+            "{texts:?}"
+        );
+        let titles: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("title"))
+            .filter_map(|n| n.text())
+            .collect();
+        for name in ["/cart", "main:<b>", "inlined_fn (a.c:3)", "(no context)"] {
+            assert!(
+                titles.iter().any(|t| t.starts_with(name)),
+                "{name} not in {titles:?}"
+            );
+        }
+        let mut empty = example();
+        empty.entries.clear();
+        let mut out = Vec::new();
+        empty
+            .write_svg(&FoldedOptions::default(), &mut out)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        roxmltree::Document::parse(&text).unwrap();
+        assert!(text.contains("no samples"));
+    }
+}

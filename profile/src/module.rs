@@ -439,3 +439,109 @@ fn read_dwarf<'a>(
     let dwarf = gimli::Dwarf::load(load)?;
     addr2line::Context::from_dwarf(dwarf).map_err(|e| format!("malformed DWARF ({e})"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::Walker;
+    use otel_ctx_reader::ProcessMaps;
+
+    /// This test binary's own module, read as a target's would be.
+    fn own_module() -> (MappedFile, Rc<ModuleData>) {
+        let pid = std::process::id();
+        let maps = ProcessMaps::read(pid).unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let file = maps
+            .files
+            .into_iter()
+            .find(|f| std::path::Path::new(&f.path) == exe)
+            .unwrap();
+        let options = LoadOptions {
+            budget: FileBudget::default(),
+            debug_info: false,
+        };
+        let module = ModuleCache::default().module(pid, &file, &options).unwrap();
+        (file, module)
+    }
+
+    #[test]
+    fn reads_its_own_binary_once_per_build_id() {
+        let (file, module) = own_module();
+        assert!(
+            matches!(module.key, ModuleKey::BuildId(_)),
+            "{:?}",
+            module.key
+        );
+        assert!(module.unwind.eh_frame.is_some() && module.unwind.eh_frame_hdr.is_some());
+        assert!(module.symbols.len() > 100);
+        let options = LoadOptions {
+            budget: FileBudget::default(),
+            debug_info: false,
+        };
+        let cache = ModuleCache::default();
+        let first = cache.module(std::process::id(), &file, &options).unwrap();
+        let again = cache.module(std::process::id(), &file, &options).unwrap();
+        assert!(Rc::ptr_eq(&first, &again));
+        assert_eq!((cache.stats().loads, cache.stats().hits), (1, 1));
+        // A budget too small for its tables skips it, and says why.
+        let tiny = LoadOptions {
+            budget: FileBudget::default().with_max_bytes(4096),
+            debug_info: false,
+        };
+        let reason = ModuleCache::default()
+            .module(std::process::id(), &file, &tiny)
+            .unwrap_err();
+        assert!(reason.0.contains("MiB"), "{reason}");
+    }
+
+    #[test]
+    fn corrupt_unwind_sections_never_panic() {
+        let (file, module) = own_module();
+        let bias = module.bias(&file.ranges).unwrap();
+        let executable: Vec<&FileRange> =
+            file.ranges.iter().filter(|r| r.is_executable()).collect();
+        let start = executable.iter().map(|r| r.start).min().unwrap();
+        let end = executable.iter().map(|r| r.end).max().unwrap();
+        let mut state = 0x1234_5678_9abc_def1u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let corrupt = |bytes: &Bytes, next: &mut dyn FnMut() -> u64, flips: u64| {
+            let mut copy = bytes.to_vec();
+            for _ in 0..flips {
+                let at = (next() % copy.len() as u64) as usize;
+                copy[at] = next() as u8;
+            }
+            Bytes(copy.into())
+        };
+        let mut frames = Vec::new();
+        for round in 0..24u64 {
+            let mut sections = module.unwind.clone();
+            let flips = 1 << (round % 12);
+            if let Some((range, bytes)) = &sections.eh_frame {
+                sections.eh_frame = Some((range.clone(), corrupt(bytes, &mut next, flips)));
+            }
+            if round % 2 == 1 {
+                if let Some((range, bytes)) = &sections.eh_frame_hdr {
+                    sections.eh_frame_hdr = Some((range.clone(), corrupt(bytes, &mut next, flips)));
+                }
+            }
+            let mut walker = Walker::new(Arch::NATIVE);
+            walker.add_module("self", start..end, bias, Some(&sections));
+            for _ in 0..200 {
+                let stack: Vec<u8> = (0..2048).map(|_| next() as u8).collect();
+                let registers = otel_ctx_reader::UserRegisters {
+                    ip: start + next() % (end - start),
+                    sp: 0x7ffd_0000_0000,
+                    fp: 0x7ffd_0000_0000 + next() % 4096,
+                    lr: next(),
+                };
+                walker.walk(&registers, &stack, 256, &mut frames);
+                assert!(!frames.is_empty() && frames.len() <= 256);
+            }
+        }
+    }
+}

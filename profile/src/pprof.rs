@@ -342,3 +342,105 @@ impl Profile {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+    use crate::profile::example;
+
+    fn decoded() -> proto::Profile {
+        let mut gz = Vec::new();
+        example().write_pprof(&mut gz).unwrap();
+        let mut bytes = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut bytes)
+            .unwrap();
+        proto::Profile::decode(&bytes[..]).unwrap()
+    }
+
+    #[test]
+    fn pprof_has_the_fields_pprof_reads() {
+        let p = decoded();
+        let s = |id: i64| p.string_table[id as usize].as_str();
+        assert_eq!(s(0), "");
+        let types: Vec<(&str, &str)> = p
+            .sample_type
+            .iter()
+            .map(|t| (s(t.r#type), s(t.unit)))
+            .collect();
+        assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+        let period = p.period_type.unwrap();
+        assert_eq!((s(period.r#type), s(period.unit)), ("cpu", "nanoseconds"));
+        assert_eq!(p.period, 10_000_000);
+        assert_eq!(p.time_nanos, 1_700_000_000 * 1_000_000_000);
+        assert_eq!(p.duration_nanos, 2_500_000_000);
+        let comments: Vec<&str> = p.comment.iter().map(|&c| s(c)).collect();
+        assert_eq!(
+            comments,
+            ["service.name=checkout <&> \"svc\"", "service.version=1.2"]
+        );
+        assert_eq!(p.mapping.len(), 1);
+        assert_eq!(s(p.mapping[0].filename), "/usr/lib/libx.so");
+        assert_eq!(s(p.mapping[0].build_id), "abcd");
+        assert!(p.mapping[0].has_functions && p.mapping[0].has_inline_frames);
+
+        // Four locations and the overflow's; every one has a function.
+        assert_eq!(p.location.len(), 5);
+        let function = |id: u64| &p.function[id as usize - 1];
+        let names = |l: &proto::Location| -> Vec<(String, i64)> {
+            l.line
+                .iter()
+                .map(|line| (s(function(line.function_id).name).to_owned(), line.line))
+                .collect()
+        };
+        assert_eq!(
+            names(&p.location[0]),
+            [("inlined_fn".to_owned(), 3), ("outer_fn".to_owned(), 10)]
+        );
+        assert_eq!(
+            s(function(p.location[0].line[0].function_id).filename),
+            "/src/a.c"
+        );
+        assert_eq!(
+            names(&p.location[2]),
+            [("[unknown] libx.so+0x300".to_owned(), 0)]
+        );
+        assert_eq!(
+            (p.location[3].mapping_id, p.location[3].address),
+            (0, 0x7fff_0000)
+        );
+        assert_eq!(p.location[0].mapping_id, 1);
+
+        // Samples: locations leaf first, both values, labels and the resource.
+        assert_eq!(p.sample.len(), 4);
+        assert_eq!(p.sample[0].location_id, [1, 2]);
+        assert_eq!(p.sample[0].value, [3, 30_000_000]);
+        let labels = |sample: &proto::Sample| -> Vec<(String, String)> {
+            sample
+                .label
+                .iter()
+                .map(|l| (s(l.key).to_owned(), s(l.str).to_owned()))
+                .collect()
+        };
+        let first = labels(&p.sample[0]);
+        for (k, v) in [
+            ("trace_id", "0102030405060708090a0b0c0d0e0f10"),
+            ("span_id", "a1a2a3a4a5a6a7a8"),
+            ("http.route", "/cart"),
+            ("thread.id", "7"),
+            ("thread.name", "w"),
+            ("service.name", "checkout <&> \"svc\""),
+            ("service.version", "1.2"),
+        ] {
+            assert!(
+                first.contains(&(k.to_owned(), v.to_owned())),
+                "{k}={v} in {first:?}"
+            );
+        }
+        assert_eq!(first.len(), 7);
+        assert_eq!(p.sample[3].location_id, [5]);
+        assert_eq!(names(&p.location[4]), [(OVERFLOW_FUNCTION.to_owned(), 0)]);
+    }
+}

@@ -206,3 +206,116 @@ impl Stats {
             .sum()
     }
 }
+
+/// A small profile with every kind of frame and entry, for the writers' tests.
+#[cfg(test)]
+pub(crate) fn example() -> Profile {
+    let symbol = |name: &str, line: Option<u32>| Symbol {
+        name: name.to_owned(),
+        file: line.map(|_| "/src/a.c".to_owned()),
+        line,
+    };
+    let labels = |has_context: bool, pairs: &[(&str, &str)]| LabelSet {
+        has_context,
+        labels: pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    };
+    let ids = [
+        ("trace_id", "0102030405060708090a0b0c0d0e0f10"),
+        ("span_id", "a1a2a3a4a5a6a7a8"),
+    ];
+    Profile {
+        pid: 42,
+        service_name: Some("checkout <&> \"svc\"".to_owned()),
+        resource: vec![
+            ("service.name".to_owned(), "checkout <&> \"svc\"".to_owned()),
+            ("service.version".to_owned(), "1.2".to_owned()),
+        ],
+        period_ns: 10_000_000,
+        start: std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        duration: Duration::from_millis(2500),
+        mappings: vec![Mapping {
+            path: "/usr/lib/libx.so".to_owned(),
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            build_id: Some("abcd".to_owned()),
+            symbolized: true,
+            debug_info: true,
+            note: None,
+        }],
+        locations: vec![
+            Location {
+                mapping: Some(0),
+                address: 0x1100,
+                symbols: vec![symbol("inlined_fn", Some(3)), symbol("outer_fn", Some(10))],
+                unknown: "[unknown] libx.so+0x100".to_owned(),
+            },
+            Location {
+                mapping: Some(0),
+                address: 0x1200,
+                symbols: vec![symbol("main;<b>", None)],
+                unknown: "[unknown] libx.so+0x200".to_owned(),
+            },
+            Location {
+                mapping: Some(0),
+                address: 0x1300,
+                symbols: Vec::new(),
+                unknown: "[unknown] libx.so+0x300".to_owned(),
+            },
+            Location {
+                mapping: None,
+                address: 0x7fff_0000,
+                symbols: Vec::new(),
+                unknown: "[unknown] 0x7fff0000".to_owned(),
+            },
+        ],
+        stacks: vec![vec![0, 1], vec![2, 3]],
+        label_sets: vec![
+            labels(
+                true,
+                &[
+                    ids[0],
+                    ids[1],
+                    ("http.route", "/cart"),
+                    ("thread.id", "7"),
+                    ("thread.name", "w"),
+                ],
+            ),
+            labels(false, &[("thread.id", "8"), ("thread.name", "main")]),
+            labels(
+                true,
+                &[ids[0], ids[1], ("thread.id", "7"), ("thread.name", "w")],
+            ),
+        ],
+        entries: vec![
+            Entry {
+                stack: Some(0),
+                labels: 0,
+                samples: 3,
+                nanos: 30_000_000,
+            },
+            Entry {
+                stack: Some(1),
+                labels: 1,
+                samples: 2,
+                nanos: 20_000_000,
+            },
+            Entry {
+                stack: Some(0),
+                labels: 2,
+                samples: 1,
+                nanos: 10_000_000,
+            },
+            Entry {
+                stack: None,
+                labels: 1,
+                samples: 4,
+                nanos: 40_000_000,
+            },
+        ],
+        stats: Stats::default(),
+    }
+}

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use otel_ctx_profile::{Attributes, Profile, ProfileOptions, Profiler, Sample, SampleContext};
 use otel_ctx_reader::{
@@ -264,7 +264,25 @@ pub fn capture(pid: u32, rounds: usize) -> Capture {
     }
 }
 
-/// Adds `captured` to `profiler`; returns the longest time one sample took.
+/// A deterministic generator of garbage (xorshift64): the same garbage every run.
+pub fn garbage(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
+/// CPU time this thread has used: unlike wall time, not stretched by other threads
+/// that share the cores (the fixtures' spinning ones).
+pub fn thread_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Adds `captured` to `profiler`; returns the longest (CPU) time one sample took.
 pub fn replay(profiler: &mut Profiler, captured: &[Captured]) -> Duration {
     let mut slowest = Duration::ZERO;
     for c in captured {
@@ -283,9 +301,9 @@ pub fn replay(profiler: &mut Profiler, captured: &[Captured]) -> Duration {
         let sample = Sample::new(c.tid, &c.thread_name, c.registers, &c.stack)
             .with_context(context)
             .with_weight_ns(1_000_000);
-        let started = Instant::now();
+        let started = thread_cpu_time();
         profiler.add(&sample);
-        slowest = slowest.max(started.elapsed());
+        slowest = slowest.max(thread_cpu_time() - started);
     }
     slowest
 }
