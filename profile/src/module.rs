@@ -83,6 +83,23 @@ pub(crate) struct UnwindSections {
     pub debug_frame: Option<Bytes>,
 }
 
+impl UnwindSections {
+    /// The sections, less an `.eh_frame_hdr` the unwinder may not trust
+    /// ([`eh_frame_hdr_is_sound`]).
+    pub fn checked(mut self) -> Self {
+        let sound = match (&self.eh_frame_hdr, &self.eh_frame) {
+            (Some((hdr, bytes)), Some((eh_frame, _))) => {
+                eh_frame_hdr_is_sound(hdr.start, bytes, eh_frame)
+            }
+            _ => false,
+        };
+        if !sound {
+            self.eh_frame_hdr = None;
+        }
+        self
+    }
+}
+
 /// One module's contents, as read once.
 pub(crate) struct ModuleData {
     pub key: ModuleKey,
@@ -95,9 +112,13 @@ pub(crate) struct ModuleData {
     /// Why the DWARF was left out, when the file has some.
     pub dwarf_note: Option<String>,
     pub bytes_read: u64,
-    /// Symbolized addresses (`svma`), at most [`MAX_SYMBOLIZED_PER_MODULE`].
-    pub symbolized: RefCell<HashMap<u64, Rc<[Symbol]>>>,
+    /// Symbolized addresses (`svma`, with lines or not), at most
+    /// [`MAX_SYMBOLIZED_PER_MODULE`].
+    pub symbolized: RefCell<Symbolized>,
 }
+
+/// A module's symbolized addresses: by `svma` and whether lines were asked for.
+pub(crate) type Symbolized = HashMap<(u64, bool), Rc<[Symbol]>>;
 
 /// Addresses a module keeps symbolized; past that the cache starts over.
 pub(crate) const MAX_SYMBOLIZED_PER_MODULE: usize = 1 << 16;
@@ -168,8 +189,9 @@ struct CacheInner {
 }
 
 /// Modules read so far, by build id (else device and inode), shared by the profilers
-/// of one thread: a module mapped by many processes, or mapped again, is read once.
-/// Cloning gives another handle to the same cache.
+/// of one thread: a module mapped by many processes, or mapped again, is read once,
+/// with the budget and [`debug_info`](crate::ProfileOptions::debug_info) option of the
+/// profiler that read it first. Cloning gives another handle to the same cache.
 #[derive(Clone, Debug, Default)]
 pub struct ModuleCache(Rc<RefCell<CacheInner>>);
 
@@ -353,7 +375,8 @@ fn load(file: &BudgetedFile, head: Head, options: &LoadOptions) -> Result<Module
         eh_frame: section(".eh_frame")?,
         eh_frame_hdr: section(".eh_frame_hdr")?,
         debug_frame: section(".debug_frame")?.map(|(_, bytes)| bytes),
-    };
+    }
+    .checked();
     let symbols = SymbolTable::read(&elf);
     if let Some(exceeded) = file.exceeded() {
         return Err(SkipReason(format!("skipped: {exceeded}")));
@@ -382,6 +405,41 @@ fn load(file: &BudgetedFile, head: Head, options: &LoadOptions) -> Result<Module
         dwarf_note,
         bytes_read: file.bytes_read(),
         symbolized: RefCell::new(HashMap::new()),
+    })
+}
+
+/// Whether the `.eh_frame_hdr` at `svma` (`bytes`) is one the unwinder may trust: the
+/// encodings every linker writes (GNU ld, gold, lld, mold), pointing at `eh_frame`,
+/// with a search table that fits, is sorted, and points into `eh_frame` only.
+///
+/// gimli searches the table as it is: an entry that points before `.eh_frame` makes
+/// it subtract past zero (a panic where overflow is checked). A header that fails here
+/// is left out, and framehop indexes `.eh_frame` itself.
+fn eh_frame_hdr_is_sound(svma: u64, bytes: &[u8], eh_frame: &Range<u64>) -> bool {
+    // version 1; eh_frame_ptr pcrel|sdata4; fde_count udata4; table datarel|sdata4.
+    const HEADER: [u8; 4] = [1, 0x1b, 0x03, 0x3b];
+    let word = |at: usize| -> Option<[u8; 4]> { bytes.get(at..at + 4)?.try_into().ok() };
+    let signed = |at: usize| word(at).map(i32::from_le_bytes).map(i64::from);
+    let (Some(eh_frame_ptr), Some(count)) = (signed(4), word(8).map(u32::from_le_bytes)) else {
+        return false;
+    };
+    if bytes.get(..4) != Some(&HEADER[..])
+        || svma.wrapping_add(4).wrapping_add_signed(eh_frame_ptr) != eh_frame.start
+    {
+        return false;
+    }
+    let entries = count as usize;
+    if entries.checked_mul(8).and_then(|n| n.checked_add(12)) > Some(bytes.len()) {
+        return false;
+    }
+    let mut previous = i64::MIN;
+    (0..entries).all(|i| {
+        let (Some(location), Some(fde)) = (signed(12 + 8 * i), signed(16 + 8 * i)) else {
+            return false;
+        };
+        let sorted = location >= previous;
+        previous = location;
+        sorted && eh_frame.contains(&svma.wrapping_add_signed(fde))
     })
 }
 
@@ -472,8 +530,19 @@ mod tests {
             "{:?}",
             module.key
         );
+        // The linker's .eh_frame_hdr passes the check.
         assert!(module.unwind.eh_frame.is_some() && module.unwind.eh_frame_hdr.is_some());
         assert!(module.symbols.len() > 100);
+        // A function of this binary by its address: the Rust name, demangled.
+        let bias = module.bias(&file.ranges).unwrap();
+        let address = own_module as fn() -> (MappedFile, Rc<ModuleData>) as usize as u64;
+        let symbols = module.symbolize(address.wrapping_sub(bias), false);
+        assert!(
+            symbols.first().is_some_and(|s| s
+                .name
+                .starts_with("otel_ctx_profile::module::tests::own_module")),
+            "{symbols:?}"
+        );
         let options = LoadOptions {
             budget: FileBudget::default(),
             debug_info: false,
@@ -518,7 +587,12 @@ mod tests {
             Bytes(copy.into())
         };
         let mut frames = Vec::new();
-        for round in 0..24u64 {
+        // More rounds for a longer search: OTEL_CTX_PROFILE_FUZZ_ROUNDS=5000.
+        let rounds = std::env::var("OTEL_CTX_PROFILE_FUZZ_ROUNDS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(64u64);
+        for round in 0..rounds {
             let mut sections = module.unwind.clone();
             let flips = 1 << (round % 12);
             if let Some((range, bytes)) = &sections.eh_frame {
@@ -529,6 +603,8 @@ mod tests {
                     sections.eh_frame_hdr = Some((range.clone(), corrupt(bytes, &mut next, flips)));
                 }
             }
+            // As a module's sections are checked when it is read.
+            let sections = sections.checked();
             let mut walker = Walker::new(Arch::NATIVE);
             walker.add_module("self", start..end, bias, Some(&sections));
             for _ in 0..200 {
@@ -543,5 +619,45 @@ mod tests {
                 assert!(!frames.is_empty() && frames.len() <= 256);
             }
         }
+    }
+
+    #[test]
+    fn eh_frame_hdr_checked_before_it_is_searched() {
+        // .eh_frame_hdr at 0x1000, .eh_frame at 0x2000..0x2100; two entries.
+        let eh_frame = 0x2000..0x2100;
+        let hdr = |entries: &[(i32, i32)], eh_frame_ptr: i32| -> Vec<u8> {
+            let mut b = vec![1, 0x1b, 0x03, 0x3b];
+            b.extend_from_slice(&eh_frame_ptr.to_le_bytes());
+            b.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+            for (location, fde) in entries {
+                b.extend_from_slice(&location.to_le_bytes());
+                b.extend_from_slice(&fde.to_le_bytes());
+            }
+            b
+        };
+        let good = hdr(&[(0x10, 0x1000), (0x20, 0x1010)], 0x1000 - 4);
+        assert!(eh_frame_hdr_is_sound(0x1000, &good, &eh_frame));
+        // An FDE before .eh_frame (gimli would subtract past zero), or after it.
+        let before = hdr(&[(0x10, 0x0ff0), (0x20, 0x1010)], 0x1000 - 4);
+        assert!(!eh_frame_hdr_is_sound(0x1000, &before, &eh_frame));
+        let after = hdr(&[(0x10, 0x1000), (0x20, 0x1100)], 0x1000 - 4);
+        assert!(!eh_frame_hdr_is_sound(0x1000, &after, &eh_frame));
+        // Unsorted, pointing elsewhere, another version, a table longer than the bytes.
+        let unsorted = hdr(&[(0x20, 0x1000), (0x10, 0x1010)], 0x1000 - 4);
+        assert!(!eh_frame_hdr_is_sound(0x1000, &unsorted, &eh_frame));
+        let elsewhere = hdr(&[(0x10, 0x1000)], 0x2000);
+        assert!(!eh_frame_hdr_is_sound(0x1000, &elsewhere, &eh_frame));
+        let mut version = good.clone();
+        version[0] = 2;
+        assert!(!eh_frame_hdr_is_sound(0x1000, &version, &eh_frame));
+        assert!(!eh_frame_hdr_is_sound(
+            0x1000,
+            &good[..good.len() - 1],
+            &eh_frame
+        ));
+        let mut huge = good.clone();
+        huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(!eh_frame_hdr_is_sound(0x1000, &huge, &eh_frame));
+        assert!(!eh_frame_hdr_is_sound(0x1000, &[], &eh_frame));
     }
 }
