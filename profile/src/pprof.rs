@@ -184,6 +184,15 @@ impl Profile {
         ];
         let period_type = value_type("cpu", "nanoseconds");
 
+        // Which mappings have frames with a file and line (and inlined frames).
+        let mut has_lines = vec![false; self.mappings.len()];
+        let mut has_inlines = vec![false; self.mappings.len()];
+        for l in &self.locations {
+            if let Some(m) = l.mapping.filter(|&m| m < self.mappings.len()) {
+                has_lines[m] |= l.symbols.iter().any(|s| s.line.is_some());
+                has_inlines[m] |= l.symbols.len() > 1;
+            }
+        }
         let mapping = self
             .mappings
             .iter()
@@ -198,9 +207,9 @@ impl Profile {
                 // Every location has a function (named `[unknown] ...` when nothing
                 // names it), so pprof never looks for the file itself.
                 has_functions: true,
-                has_filenames: m.debug_info,
-                has_line_numbers: m.debug_info,
-                has_inline_frames: m.debug_info,
+                has_filenames: has_lines[at],
+                has_line_numbers: has_lines[at],
+                has_inline_frames: has_inlines[at],
             })
             .collect();
 

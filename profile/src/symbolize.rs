@@ -139,7 +139,7 @@ impl ModuleData {
     /// instruction for a return address) is in, innermost first; empty when nothing
     /// names it. Cached per module.
     pub(crate) fn symbolize(&self, svma: u64, lines: bool) -> Rc<[Symbol]> {
-        if let Some(found) = self.symbolized.borrow().get(&svma) {
+        if let Some(found) = self.symbolized.borrow().get(&(svma, lines)) {
             return found.clone();
         }
         let resolved: Rc<[Symbol]> = self.resolve(svma, lines).into();
@@ -147,7 +147,7 @@ impl ModuleData {
         if cache.len() >= MAX_SYMBOLIZED_PER_MODULE {
             cache.clear();
         }
-        cache.insert(svma, resolved.clone());
+        cache.insert((svma, lines), resolved.clone());
         resolved
     }
 
@@ -197,5 +197,25 @@ impl ModuleData {
                 Some(Symbol { name, file, line })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rust_and_cpp_names_demangled() {
+        assert_eq!(demangle("_ZN3foo3barE"), "foo::bar");
+        assert!(demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE")
+            .starts_with("core::ptr::drop_in_place"));
+        assert_eq!(demangle("_Z3fooi"), "foo(int)");
+        assert_eq!(
+            demangle("_ZNSt6vectorIiSaIiEE9push_backERKi"),
+            "std::vector<int, std::allocator<int> >::push_back(int const&)"
+        );
+        assert_eq!(demangle("cart_leaf"), "cart_leaf");
+        let long = "_Z".to_owned() + &"a".repeat(MAX_NAME);
+        assert_eq!(demangle(&long), long);
     }
 }
