@@ -102,9 +102,15 @@ impl Location {
             .collect()
     }
 
-    /// The name of its innermost frame.
+    /// The name of its innermost frame (an inlined function, where there is one).
     pub fn leaf_name(&self) -> &str {
         self.symbols.first().map_or(&self.unknown, |s| &s.name)
+    }
+
+    /// The name of the function the address is in (the outermost of its frames: the
+    /// one the others were inlined into).
+    pub fn function_name(&self) -> &str {
+        self.symbols.last().map_or(&self.unknown, |s| &s.name)
     }
 }
 
