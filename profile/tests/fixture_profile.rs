@@ -365,3 +365,94 @@ fn svg_is_xml_with_the_hot_functions_under_their_routes() {
         );
     }
 }
+
+#[test]
+fn inlined_frames_from_dwarf() {
+    let program = build_routes("routes-inline", &["-fomit-frame-pointer", "-DINLINE_STEP"]);
+    let fixture = Fixture::start(&program, &[]);
+    let (_, made) = profiles(
+        fixture,
+        ROUNDS,
+        &[ProfileOptions::default().with_lines(true)],
+    );
+    let profile = &made[0];
+    // Every stack still has the route's functions innermost; the leaf's location is
+    // in cart_leaf, and in route_step inlined into it where the sample hit its code.
+    let (mut cart, mut inlined) = (0, 0);
+    for entry in &profile.entries {
+        if profile.label_sets[entry.labels].get("http.route") != Some("/cart") {
+            continue;
+        }
+        let leaf = &profile.locations[profile.stacks[entry.stack.expect("no overflow")][0]];
+        assert_eq!(leaf.function_name(), "cart_leaf", "{leaf:?}");
+        cart += entry.samples;
+        if leaf.symbols.len() == 2 {
+            assert_eq!(leaf.leaf_name(), "route_step");
+            assert!(leaf.symbols.iter().all(|s| s.line.is_some()), "{leaf:?}");
+            inlined += entry.samples;
+        }
+    }
+    assert!(
+        cart > 0 && inlined * 5 >= cart,
+        "{inlined} of {cart} /cart samples in the inlined step\n{}",
+        folded_text(profile)
+    );
+    let lines = profile.folded(&FoldedOptions::default());
+    assert!(
+        lines
+            .keys()
+            .any(|l| l.contains(";cart_leaf (routes.c:") && l.contains(";route_step (routes.c:")),
+        "{}",
+        folded_text(profile)
+    );
+}
+
+#[test]
+fn maps_read_again_on_evidence() {
+    let program = build_routes("routes-refresh", &["-fomit-frame-pointer"]);
+    let plugin = support::build_plugin("libspin-refresh.so");
+    let fixture = Fixture::start(&program, &[&plugin]);
+    let captured = support::capture(fixture.pid, 50);
+    // A profiler that read the maps before the plugin was loaded.
+    let mut early = captured.maps.clone();
+    early
+        .files
+        .retain(|f| !f.path.ends_with("libspin-refresh.so"));
+    let mut profiler = otel_ctx_profile::Profiler::new(fixture.pid, ProfileOptions::default());
+    profiler.update_maps(&early);
+    let plugin_samples: Vec<_> = captured
+        .samples
+        .iter()
+        .filter(|s| s.thread_name == "w-plugin")
+        .cloned()
+        .collect();
+    assert!(!plugin_samples.is_empty());
+    support::replay(&mut profiler, &plugin_samples);
+    let outside = profiler.stats().outside_modules;
+    assert_eq!(
+        outside,
+        plugin_samples.len() as u64,
+        "the evidence: ip in no module"
+    );
+    // The caller reads the maps again, and the plugin's frames get names.
+    profiler.update_maps(&captured.maps);
+    support::replay(&mut profiler, &plugin_samples);
+    fixture.finish();
+    let profile = profiler.profile();
+    assert_eq!(profile.stats.outside_modules, outside, "no new evidence");
+    let named: u64 = profile
+        .entries
+        .iter()
+        .filter(|e| {
+            let stack = &profile.stacks[e.stack.expect("no overflow")];
+            profile.locations[stack[0]].function_name() == "plugin_leaf"
+        })
+        .map(|e| e.samples)
+        .sum();
+    assert!(
+        named * 10 >= plugin_samples.len() as u64 * 9,
+        "{named} of {} named after the refresh\n{}",
+        plugin_samples.len(),
+        folded_text(&profile)
+    );
+}

@@ -349,3 +349,41 @@ fn process_gone_before_its_modules_are_read() {
     profile.write_pprof(&mut out).expect("pprof");
     assert!(!out.is_empty());
 }
+
+#[test]
+fn modules_over_budget_are_skipped_and_named_by_offset() {
+    let program = build_routes("routes-over-budget", &["-fomit-frame-pointer"]);
+    let fixture = Fixture::start(&program, &[]);
+    // 4 KiB: not even the fixture's section headers and symbol tables fit.
+    let budget = otel_ctx_reader::files::FileBudget::default().with_max_bytes(4096);
+    let (_, made) = profiles(
+        fixture,
+        50,
+        &[ProfileOptions::default().with_module_budget(budget)],
+    );
+    let profile = &made[0];
+    let basename = program.file_name().unwrap().to_str().unwrap();
+    let skipped = profile
+        .stats
+        .skipped_modules
+        .iter()
+        .find(|m| m.path.ends_with(basename))
+        .unwrap_or_else(|| panic!("not skipped: {:?}", profile.stats));
+    assert!(skipped.reason.starts_with("skipped: "), "{skipped:?}");
+    let leaf = file_range_of(&program, "cart_leaf");
+    let mut cart = 0;
+    for entry in &profile.entries {
+        if profile.label_sets[entry.labels].get("http.route") != Some("/cart") {
+            continue;
+        }
+        let location = &profile.locations[profile.stacks[entry.stack.unwrap()][0]];
+        let offset =
+            unknown_offset(&location.unknown, basename).unwrap_or_else(|| panic!("{location:?}"));
+        assert!(
+            location.symbols.is_empty() && leaf.contains(&offset),
+            "{location:?}"
+        );
+        cart += entry.samples;
+    }
+    assert!(cart > 0);
+}

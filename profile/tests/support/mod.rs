@@ -167,10 +167,22 @@ impl Fixture {
         assert_eq!(line.trim(), answer);
     }
 
-    /// Closes stdin (the fixture stops its threads and exits) and waits for it.
+    /// Closes stdin (the fixture stops its threads and exits) and waits for it, at
+    /// most 30 seconds.
     pub fn finish(mut self) {
         drop(self.stdin.take());
-        let status = self.child.wait().expect("wait for the fixture");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the fixture") {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the fixture did not exit within 30 s of its stdin closing");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
         assert!(status.success(), "fixture exited with {status}");
     }
 }
@@ -333,8 +345,8 @@ pub fn profile_of(capture: &Capture, options: ProfileOptions) -> (Profile, Durat
     (profiler.profile(), slowest)
 }
 
-/// For each route: samples labeled with it, and those whose three innermost frames are
-/// its leaf, middle and top functions.
+/// For each route: samples labeled with it, and those whose three innermost locations
+/// are in its leaf, middle and top functions.
 pub fn route_accuracy(profile: &Profile) -> Vec<(&'static str, u64, u64)> {
     ROUTES
         .iter()
@@ -358,7 +370,7 @@ pub fn route_accuracy(profile: &Profile) -> Vec<(&'static str, u64, u64)> {
                 let names: Vec<&str> = stack
                     .iter()
                     .take(3)
-                    .map(|&at| profile.locations[at].leaf_name())
+                    .map(|&at| profile.locations[at].function_name())
                     .collect();
                 if names == expected {
                     right += entry.samples;
