@@ -349,8 +349,8 @@ pub struct SampleOutcome {
     pub kept: bool,
     /// Frames unwound.
     pub frames: usize,
-    /// Why the walk ended.
-    pub end: UnwindEnd,
+    /// Why the walk ended; `None` when the filter dropped the sample (no walk).
+    pub end: Option<UnwindEnd>,
     /// Whether its instruction pointer was in no known module: the caller should read
     /// the maps again ([`Profiler::update_maps`]), at a rate it chooses.
     pub outside_modules: bool,
@@ -594,7 +594,7 @@ impl Profiler {
             return SampleOutcome {
                 kept: false,
                 frames: 0,
-                end: UnwindEnd::Root,
+                end: None,
                 outside_modules: false,
             };
         }
@@ -626,7 +626,7 @@ impl Profiler {
         SampleOutcome {
             kept: true,
             frames,
-            end,
+            end: Some(end),
             outside_modules,
         }
     }
@@ -924,5 +924,48 @@ mod tests {
             .keeps(&with));
         assert!(!Filter::default().with_threads([8]).keeps(&with));
         assert!(Filter::default().with_threads([7]).keeps(&with));
+    }
+
+    #[test]
+    fn filtered_samples_are_counted_not_walked() {
+        let filter = Filter::default().with_attribute("http.route", "/cart");
+        let mut profiler = Profiler::new(1, ProfileOptions::default().with_filter(filter));
+        let cart: &[(&str, &[u8])] = &[("http.route", b"/cart")];
+        let search: &[(&str, &[u8])] = &[("http.route", b"/search")];
+        let context = |attributes| SampleContext {
+            trace_id: [0xab; 16],
+            span_id: [0xcd; 8],
+            trace_flags: 1,
+            attributes: Attributes::List(attributes),
+        };
+        // A frame pointer to follow, and no stack copy to follow it in.
+        let registers = UserRegisters {
+            ip: 0,
+            sp: 0x1000,
+            fp: 0x1000,
+            lr: 0,
+        };
+        let bare = Sample::new(3, "t", registers, &[]);
+        let dropped = profiler.add(&bare.with_context(Some(context(search))));
+        assert!(!dropped.kept && dropped.end.is_none());
+        profiler.add(&bare);
+        let kept = profiler.add(&bare.with_context(Some(context(cart))));
+        assert_eq!(kept.end, Some(UnwindEnd::NoStack));
+        let profile = profiler.profile();
+        let stats = &profile.stats;
+        assert_eq!(
+            (stats.samples, stats.filtered, stats.with_context),
+            (3, 2, 1)
+        );
+        assert_eq!(stats.unwind_failures(), 1);
+        let labels = &profile.label_sets[profile.entries[0].labels];
+        assert_eq!(
+            labels.get("trace_id"),
+            Some("abababababababababababababababab")
+        );
+        assert_eq!(labels.get("span_id"), Some("cdcdcdcdcdcdcdcd"));
+        assert_eq!(labels.get("thread.id"), Some("3"));
+        assert_eq!(profile.locations[0].unknown, "[unknown] 0x0");
+        assert_eq!(profile.entries[0].nanos, DEFAULT_PERIOD_NS);
     }
 }
