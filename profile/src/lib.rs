@@ -1,0 +1,971 @@
+//! Profiles from OpenTelemetry thread-context samples: each sample's stack unwound and
+//! symbolized in user space, labeled with its thread context, aggregated, and written as
+//! pprof, folded text or an SVG flame graph.
+//!
+//! ```no_run
+//! # use otel_ctx_reader::{ProcessMaps, RecordBuffer, StackBuffer, ThreadReader};
+//! # use otel_ctx_profile::{FoldedOptions, ProfileOptions, Profiler, Sample};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> { let (pid, tid) = (1234, 1235);
+//! let mut reader = ThreadReader::open(pid)?;
+//! let mut profiler = Profiler::new(pid, ProfileOptions::default());
+//! profiler.update_maps(&ProcessMaps::read(pid)?);
+//! let (mut record, mut stack) = (RecordBuffer::new(), StackBuffer::default());
+//! let (registers, context) = reader.sample_with_stack_into(tid, &mut record, &mut stack)?;
+//! let sample = Sample::new(tid, "worker", registers, stack.bytes());
+//! profiler.add(&sample.with_context(context.as_ref().map(Into::into)));
+//! let profile = profiler.profile();
+//! profile.write_pprof(std::fs::File::create("cpu.pb.gz")?)?;
+//! profile.write_svg(&FoldedOptions::default(), std::fs::File::create("cpu.svg")?)?;
+//! # Ok(()) }
+//! ```
+//!
+//! The layers, each with its own cache, in the order a sample goes through them:
+//!
+//! - **Modules** ([`ModuleCache`]): every executable file of [`ProcessMaps`] is opened
+//!   with the reader's [`open_mapped`](otel_ctx_reader::files::open_mapped) and read with
+//!   `pread` under a [`FileBudget`] ([`BudgetedFile`](otel_ctx_reader::files::BudgetedFile)),
+//!   never mapped: its build id, `.eh_frame`, `.eh_frame_hdr`, `.debug_frame`, symbol
+//!   tables and DWARF, once per build id (else device and inode). A module that costs
+//!   more than the budget is left out with the reason ([`Stats::skipped_modules`]).
+//! - **Unwinding** (framehop, the unwinder of samply): DWARF CFI, frame pointers where
+//!   no CFI covers an address, x86_64 and aarch64 ([`Arch`]). The stack is the sample's
+//!   copy; the walk ends at a read outside it, at a frame that does not move the stack
+//!   pointer up, and at [`ProfileOptions::max_depth`] ([`UnwindEnd`] says which).
+//! - **Aggregation**: one entry per distinct (stack, label set), counts and
+//!   nanoseconds, within [`Limits`].
+//! - **Symbols** ([`Profiler::profile`]): ELF symbol tables and DWARF (inlined frames,
+//!   file:line with [`ProfileOptions::lines`]), Rust and C++ names demangled, cached per
+//!   module. An address nothing names is `[unknown] <module>+0x<file offset>`, one in
+//!   no module `[unknown] 0x<address>`.
+//! - **Writers** ([`Profile`]): [`write_pprof`](Profile::write_pprof) (gzipped
+//!   `profile.proto`), [`write_folded`](Profile::write_folded) (flamegraph.pl's text),
+//!   [`write_svg`](Profile::write_svg) (inferno's flame graph), all from the same
+//!   aggregate.
+//!
+//! Why addr2line and object rather than blazesym: blazesym opens and maps the paths it
+//! is given, and follows debug links into this process's file system. Here every byte
+//! of a target's file is read through the reader's safe open and budgeted `pread`, and
+//! addr2line and object parse those bytes as they are, with no file access of their own.
+//! Debug links and separate debug files are not followed.
+//!
+//! A [`Profiler`] and its [`ModuleCache`] live on one thread (the caches are not
+//! shared between threads).
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod aggregate;
+mod folded;
+mod module;
+mod pprof;
+mod profile;
+mod symbolize;
+mod unwind;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Instant, SystemTime};
+
+use otel_ctx_reader::files::FileBudget;
+use otel_ctx_reader::{
+    MappedFile, OwnedValue, ProcessMaps, Snapshot, ThreadContextRef, UserRegisters,
+};
+
+pub use aggregate::Limits;
+pub use folded::FoldedOptions;
+pub use module::{CacheLimits, CacheStats, ModuleCache, ModuleKey};
+pub use profile::{Entry, LabelSet, Location, Mapping, Profile, SkippedModule, Stats};
+pub use symbolize::Symbol;
+pub use unwind::{Arch, Frame, UnwindEnd};
+
+use aggregate::{Aggregate, StackFrame, NO_MAPPING};
+use module::{LoadOptions, ModuleData, SkipReason};
+use unwind::Walker;
+
+/// The default sampling period: 99 Hz.
+pub const DEFAULT_PERIOD_NS: u64 = 1_000_000_000 / 99;
+
+/// The default deepest stack unwound.
+pub const DEFAULT_MAX_DEPTH: usize = 256;
+
+/// Which samples a profile keeps. The default keeps every sample.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Filter {
+    /// Keep only samples with a thread context.
+    pub require_context: bool,
+    /// Keep only samples whose thread context has this attribute with this value.
+    pub attribute: Option<(String, String)>,
+    /// Keep only samples of these threads.
+    pub threads: Option<Vec<u32>>,
+}
+
+impl Filter {
+    /// Sets [`require_context`](Self::require_context).
+    #[must_use]
+    pub fn with_require_context(mut self, require: bool) -> Self {
+        self.require_context = require;
+        self
+    }
+
+    /// Sets [`attribute`](Self::attribute).
+    #[must_use]
+    pub fn with_attribute(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.attribute = Some((name.into(), value.into()));
+        self
+    }
+
+    /// Sets [`threads`](Self::threads).
+    #[must_use]
+    pub fn with_threads(mut self, tids: impl IntoIterator<Item = u32>) -> Self {
+        self.threads = Some(tids.into_iter().collect());
+        self
+    }
+
+    fn keeps(&self, sample: &Sample<'_>) -> bool {
+        if self
+            .threads
+            .as_ref()
+            .is_some_and(|t| !t.contains(&sample.tid))
+        {
+            return false;
+        }
+        match (&sample.context, self.require_context, &self.attribute) {
+            (None, true, _) | (None, _, Some(_)) => false,
+            (Some(context), _, Some((name, value))) => context
+                .attributes()
+                .any(|(k, v)| k == name && v == value.as_bytes()),
+            _ => true,
+        }
+    }
+}
+
+/// How a [`Profiler`] unwinds, symbolizes and aggregates. Start from
+/// `ProfileOptions::default()` and set fields with the builder methods.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProfileOptions {
+    /// The instruction set of the samples. Default [`Arch::NATIVE`].
+    pub arch: Arch,
+    /// Deepest stack unwound, in frames. Default [`DEFAULT_MAX_DEPTH`].
+    pub max_depth: usize,
+    /// Unwind with DWARF CFI where a module has it. Default `true`; `false` walks
+    /// frame pointers alone (cheaper, and wrong for code built without them).
+    pub cfi: bool,
+    /// Read modules' DWARF: inlined frames, and the lines of [`lines`](Self::lines).
+    /// Default `true`.
+    pub debug_info: bool,
+    /// Give frames their source file and line (from DWARF). Default `false`.
+    pub lines: bool,
+    /// What reading one module may cost (bytes and time). Default: the reader's
+    /// [`FileBudget::default`] (64 MiB, 1 s).
+    pub module_budget: FileBudget,
+    /// The sampling period in nanoseconds, for samples that give no weight and for
+    /// pprof's period. Default [`DEFAULT_PERIOD_NS`].
+    pub period_ns: u64,
+    /// Bounds of the aggregate.
+    pub limits: Limits,
+    /// Which samples are kept.
+    pub filter: Filter,
+}
+
+impl Default for ProfileOptions {
+    fn default() -> Self {
+        Self {
+            arch: Arch::NATIVE,
+            max_depth: DEFAULT_MAX_DEPTH,
+            cfi: true,
+            debug_info: true,
+            lines: false,
+            module_budget: FileBudget::default(),
+            period_ns: DEFAULT_PERIOD_NS,
+            limits: Limits::default(),
+            filter: Filter::default(),
+        }
+    }
+}
+
+impl ProfileOptions {
+    /// Sets [`arch`](Self::arch).
+    #[must_use]
+    pub fn with_arch(mut self, arch: Arch) -> Self {
+        self.arch = arch;
+        self
+    }
+
+    /// Sets [`max_depth`](Self::max_depth) (at least 1).
+    #[must_use]
+    pub fn with_max_depth(mut self, frames: usize) -> Self {
+        self.max_depth = frames.max(1);
+        self
+    }
+
+    /// Sets [`cfi`](Self::cfi).
+    #[must_use]
+    pub fn with_cfi(mut self, cfi: bool) -> Self {
+        self.cfi = cfi;
+        self
+    }
+
+    /// Sets [`debug_info`](Self::debug_info).
+    #[must_use]
+    pub fn with_debug_info(mut self, read: bool) -> Self {
+        self.debug_info = read;
+        self
+    }
+
+    /// Sets [`lines`](Self::lines).
+    #[must_use]
+    pub fn with_lines(mut self, lines: bool) -> Self {
+        self.lines = lines;
+        self
+    }
+
+    /// Sets [`module_budget`](Self::module_budget).
+    #[must_use]
+    pub fn with_module_budget(mut self, budget: FileBudget) -> Self {
+        self.module_budget = budget;
+        self
+    }
+
+    /// Sets [`period_ns`](Self::period_ns).
+    #[must_use]
+    pub fn with_period_ns(mut self, period: u64) -> Self {
+        self.period_ns = period;
+        self
+    }
+
+    /// Sets [`limits`](Self::limits).
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Sets [`filter`](Self::filter).
+    #[must_use]
+    pub fn with_filter(mut self, filter: Filter) -> Self {
+        self.filter = filter;
+        self
+    }
+}
+
+/// A thread context's attributes, by name.
+#[derive(Clone, Copy, Debug)]
+pub enum Attributes<'a> {
+    /// As the reader named them.
+    Reader(&'a ThreadContextRef<'a>),
+    /// Given as a list (a context read some other way).
+    List(&'a [(&'a str, &'a [u8])]),
+}
+
+/// The thread context of a sample.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleContext<'a> {
+    /// The W3C trace id.
+    pub trace_id: [u8; 16],
+    /// The W3C span id.
+    pub span_id: [u8; 8],
+    /// The W3C trace flags.
+    pub trace_flags: u8,
+    /// The attributes, by their key-map names.
+    pub attributes: Attributes<'a>,
+}
+
+impl<'a> SampleContext<'a> {
+    /// The attributes, in the record's order.
+    pub fn attributes(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
+        let (reader, list) = match self.attributes {
+            Attributes::Reader(context) => (Some(context.attributes()), None),
+            Attributes::List(list) => (None, Some(list.iter().copied())),
+        };
+        reader
+            .into_iter()
+            .flatten()
+            .chain(list.into_iter().flatten())
+    }
+}
+
+impl<'a> From<&'a ThreadContextRef<'a>> for SampleContext<'a> {
+    fn from(context: &'a ThreadContextRef<'a>) -> Self {
+        Self {
+            trace_id: context.trace_id(),
+            span_id: context.span_id(),
+            trace_flags: context.trace_flags(),
+            attributes: Attributes::Reader(context),
+        }
+    }
+}
+
+/// One sample of one thread.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample<'a> {
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name.
+    pub thread_name: &'a str,
+    /// The user registers when the thread was interrupted.
+    pub registers: UserRegisters,
+    /// The stack copied from `registers.sp` up (may be short or empty).
+    pub stack: &'a [u8],
+    /// The thread's context, if it had one.
+    pub context: Option<SampleContext<'a>>,
+    /// The sample's weight in nanoseconds; 0 for the profile's period.
+    pub weight_ns: u64,
+}
+
+impl<'a> Sample<'a> {
+    /// A sample without a context, weighing one period.
+    pub fn new(tid: u32, thread_name: &'a str, registers: UserRegisters, stack: &'a [u8]) -> Self {
+        Self {
+            tid,
+            thread_name,
+            registers,
+            stack,
+            context: None,
+            weight_ns: 0,
+        }
+    }
+
+    /// Sets [`context`](Self::context).
+    #[must_use]
+    pub fn with_context(mut self, context: Option<SampleContext<'a>>) -> Self {
+        self.context = context;
+        self
+    }
+
+    /// Sets [`weight_ns`](Self::weight_ns).
+    #[must_use]
+    pub fn with_weight_ns(mut self, weight: u64) -> Self {
+        self.weight_ns = weight;
+        self
+    }
+}
+
+/// What [`Profiler::add`] did with a sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SampleOutcome {
+    /// Whether the filter kept it.
+    pub kept: bool,
+    /// Frames unwound.
+    pub frames: usize,
+    /// Why the walk ended; `None` when the filter dropped the sample (no walk).
+    pub end: Option<UnwindEnd>,
+    /// Whether its instruction pointer was in no known module: the caller should read
+    /// the maps again ([`Profiler::update_maps`]), at a rate it chooses.
+    pub outside_modules: bool,
+}
+
+/// A file mapping frames can refer to; kept for the whole profile even when the file
+/// is unmapped, so that its frames can still be named.
+#[derive(Debug)]
+struct MappingRecord {
+    path: String,
+    start: u64,
+    end: u64,
+    offset: u64,
+    bias: u64,
+    module: Result<Rc<ModuleData>, SkipReason>,
+}
+
+/// Samples in, profile out: the unwinder, the symbolizer and the aggregate of one
+/// process.
+#[derive(Debug)]
+pub struct Profiler {
+    pid: u32,
+    options: ProfileOptions,
+    cache: ModuleCache,
+    walker: Walker,
+    /// Modules by device and inode, read once per process.
+    known: HashMap<(u64, u64), Result<Rc<ModuleData>, SkipReason>>,
+    mappings: Vec<MappingRecord>,
+    mapping_ids: HashMap<(u64, u64, u64, u64), u32>,
+    /// Executable ranges now mapped, by start: (start, end, mapping id).
+    ranges: Vec<(u64, u64, u32)>,
+    skipped: Vec<SkippedModule>,
+    resource: Vec<(String, String)>,
+    service_name: Option<String>,
+    aggregate: Aggregate,
+    stats: Stats,
+    frames: Vec<Frame>,
+    stack: Vec<StackFrame>,
+    started: SystemTime,
+    started_at: Instant,
+}
+
+impl Profiler {
+    /// A profiler of process `pid`, with a module cache of its own.
+    pub fn new(pid: u32, options: ProfileOptions) -> Self {
+        Self::with_cache(pid, options, ModuleCache::default())
+    }
+
+    /// A profiler of process `pid` that shares `cache` (with other profilers of this
+    /// thread).
+    pub fn with_cache(pid: u32, options: ProfileOptions, cache: ModuleCache) -> Self {
+        Self {
+            pid,
+            walker: Walker::new(options.arch),
+            aggregate: Aggregate::new(options.limits),
+            options,
+            cache,
+            known: HashMap::new(),
+            mappings: Vec::new(),
+            mapping_ids: HashMap::new(),
+            ranges: Vec::new(),
+            skipped: Vec::new(),
+            resource: Vec::new(),
+            service_name: None,
+            stats: Stats::default(),
+            frames: Vec::new(),
+            stack: Vec::new(),
+            started: SystemTime::now(),
+            started_at: Instant::now(),
+        }
+    }
+
+    /// The process.
+    pub const fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The options.
+    pub const fn options(&self) -> &ProfileOptions {
+        &self.options
+    }
+
+    /// The module cache (a handle to give another profiler of this thread).
+    pub fn cache(&self) -> &ModuleCache {
+        &self.cache
+    }
+
+    /// Takes the process's modules from a pass over its maps: new executable files are
+    /// read (or found in the cache), files no longer mapped stop being unwound
+    /// (their frames already counted keep their names). Call it before the first
+    /// sample and again on evidence ([`SampleOutcome::outside_modules`]). A file that
+    /// could not be read is not tried again for this process.
+    pub fn update_maps(&mut self, maps: &ProcessMaps) {
+        let load = LoadOptions {
+            budget: self.options.module_budget,
+            debug_info: self.options.debug_info,
+        };
+        self.walker.clear();
+        self.ranges.clear();
+        self.skipped.clear();
+        for file in maps.files.iter().filter(|f| f.is_executable()) {
+            let known = self
+                .known
+                .entry((file.dev, file.inode))
+                .or_insert_with(|| self.cache.module(maps.pid, file, &load));
+            let (module, bias) = match &*known {
+                Ok(module) if module.arch != self.options.arch => (
+                    Err(SkipReason(format!(
+                        "built for {}, the profile unwinds {}",
+                        module.arch.name(),
+                        self.options.arch.name()
+                    ))),
+                    0,
+                ),
+                Ok(module) => match module.bias(&file.ranges) {
+                    Some(bias) => (Ok(module.clone()), bias),
+                    None => (
+                        Err(SkipReason(
+                            "no executable mapping lines up with its program headers".into(),
+                        )),
+                        0,
+                    ),
+                },
+                Err(reason) => (Err(reason.clone()), 0),
+            };
+            if let Err(reason) = &module {
+                self.skipped.push(SkippedModule {
+                    path: file.path.clone(),
+                    reason: reason.0.clone(),
+                });
+            }
+            self.add_ranges(file, &module, bias);
+            if let Ok(data) = &module {
+                let executable = file.ranges.iter().filter(|r| r.is_executable());
+                let start = executable.clone().map(|r| r.start).min().unwrap_or(0);
+                let end = executable.map(|r| r.end).max().unwrap_or(0);
+                let sections = self.options.cfi.then_some(&data.unwind);
+                self.walker
+                    .add_module(&file.path, start..end, bias, sections);
+            }
+        }
+        self.ranges.sort_unstable();
+    }
+
+    fn add_ranges(
+        &mut self,
+        file: &MappedFile,
+        module: &Result<Rc<ModuleData>, SkipReason>,
+        bias: u64,
+    ) {
+        for range in file.ranges.iter().filter(|r| r.is_executable()) {
+            let key = (file.dev, file.inode, range.start, range.offset);
+            let id = match self.mapping_ids.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let Ok(id) = u32::try_from(self.mappings.len()) else {
+                        continue;
+                    };
+                    if id == NO_MAPPING {
+                        continue;
+                    }
+                    self.mappings.push(MappingRecord {
+                        path: file.path.clone(),
+                        start: range.start,
+                        end: range.end,
+                        offset: range.offset,
+                        bias,
+                        module: module.clone(),
+                    });
+                    self.mapping_ids.insert(key, id);
+                    id
+                }
+            };
+            self.ranges.push((range.start, range.end, id));
+        }
+    }
+
+    /// Takes the process context's resource (and `service.name`), for the profile's
+    /// comments and labels; `None` when the process publishes none.
+    pub fn set_process_context(&mut self, snapshot: Option<&Snapshot>) {
+        self.resource.clear();
+        self.service_name = None;
+        if let Some(snapshot) = snapshot {
+            self.service_name = snapshot.context.service_name().map(str::to_owned);
+            self.resource = snapshot
+                .context
+                .resource
+                .iter()
+                .map(|kv| (kv.key.clone(), render(&kv.value)))
+                .collect();
+        }
+    }
+
+    /// The mapping that holds `address` now.
+    fn mapping_at(&self, address: u64) -> u32 {
+        let after = self.ranges.partition_point(|r| r.0 <= address);
+        match after.checked_sub(1).map(|at| self.ranges[at]) {
+            Some((_, end, id)) if address < end => id,
+            _ => NO_MAPPING,
+        }
+    }
+
+    /// Unwinds `registers` over `stack` into `frames` (the leaf first), without
+    /// counting anything: the first layer of [`add`](Self::add).
+    pub fn unwind(
+        &mut self,
+        registers: &UserRegisters,
+        stack: &[u8],
+        frames: &mut Vec<Frame>,
+    ) -> UnwindEnd {
+        self.walker
+            .walk(registers, stack, self.options.max_depth, frames)
+    }
+
+    /// The functions `frame` is in, innermost first (empty when nothing names it), as
+    /// the modules mapped now say.
+    pub fn symbolize(&self, frame: Frame) -> Rc<[Symbol]> {
+        let mapping = self.mapping_at(frame.lookup_address());
+        self.symbolize_in(mapping, frame)
+    }
+
+    fn symbolize_in(&self, mapping: u32, frame: Frame) -> Rc<[Symbol]> {
+        match self.mappings.get(mapping as usize) {
+            Some(MappingRecord {
+                module: Ok(module),
+                bias,
+                ..
+            }) => {
+                let svma = frame.lookup_address().wrapping_sub(*bias);
+                module.symbolize(svma, self.options.lines)
+            }
+            _ => Rc::from([]),
+        }
+    }
+
+    /// Unwinds a sample and counts it under its stack and labels.
+    pub fn add(&mut self, sample: &Sample<'_>) -> SampleOutcome {
+        self.stats.samples += 1;
+        if !self.options.filter.keeps(sample) {
+            self.stats.filtered += 1;
+            return SampleOutcome {
+                kept: false,
+                frames: 0,
+                end: None,
+                outside_modules: false,
+            };
+        }
+        let end = self.walker.walk(
+            &sample.registers,
+            sample.stack,
+            self.options.max_depth,
+            &mut self.frames,
+        );
+        *self.stats.unwind_ends.entry(end).or_default() += 1;
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        stack.extend(self.frames.iter().map(|&frame| StackFrame {
+            mapping: self.mapping_at(frame.lookup_address()),
+            frame,
+        }));
+        let outside_modules = stack.first().is_some_and(|f| f.mapping == NO_MAPPING);
+        if outside_modules {
+            self.stats.outside_modules += 1;
+        }
+        self.label(sample);
+        let weight = match sample.weight_ns {
+            0 => self.options.period_ns,
+            w => w,
+        };
+        self.aggregate.add(&stack, weight);
+        let frames = stack.len();
+        self.stack = stack;
+        SampleOutcome {
+            kept: true,
+            frames,
+            end: Some(end),
+            outside_modules,
+        }
+    }
+
+    /// Builds the sample's label set in the aggregate.
+    fn label(&mut self, sample: &Sample<'_>) {
+        let a = &mut self.aggregate;
+        a.begin_labels(sample.context.is_some());
+        match &sample.context {
+            Some(context) => {
+                self.stats.with_context += 1;
+                let mut buf = [0u8; 32];
+                a.label("trace_id", hex_into(&context.trace_id, &mut buf));
+                a.label("span_id", hex_into(&context.span_id, &mut buf));
+                for (key, value) in context.attributes() {
+                    a.label(key, &String::from_utf8_lossy(value));
+                }
+            }
+            None => self.stats.without_context += 1,
+        }
+        let mut digits = [0u8; 10];
+        a.label("thread.id", decimal_into(sample.tid, &mut digits));
+        a.label("thread.name", sample.thread_name);
+    }
+
+    /// What was sampled so far, and how it went.
+    pub fn stats(&self) -> Stats {
+        let mut stats = self.stats.clone();
+        stats.distinct_stacks = self.aggregate.stack_count();
+        stats.entries = self.aggregate.entry_count();
+        stats.overflow_samples = self.aggregate.overflow.samples;
+        stats.overflow_labels = self.aggregate.overflow_labels;
+        stats.modules = self.known.values().filter(|m| m.is_ok()).count();
+        stats.skipped_modules = self.skipped.clone();
+        stats
+    }
+
+    /// Forgets the samples (not the modules), and starts the profile's clock again: for
+    /// a profile per export interval.
+    pub fn reset(&mut self) {
+        self.aggregate = Aggregate::new(self.options.limits);
+        self.stats = Stats::default();
+        self.started = SystemTime::now();
+        self.started_at = Instant::now();
+    }
+
+    /// The profile so far: every distinct frame symbolized, every label spelled out.
+    pub fn profile(&self) -> Profile {
+        let mut mappings = Vec::new();
+        let mut mapping_index: HashMap<u32, usize> = HashMap::new();
+        let mut locations = Vec::new();
+        let mut location_index: HashMap<StackFrame, usize> = HashMap::new();
+        let mut stacks = Vec::new();
+        let mut stack_index: HashMap<u32, usize> = HashMap::new();
+        let mut label_sets = Vec::new();
+        let mut label_index: HashMap<u32, usize> = HashMap::new();
+        let mut entries = Vec::new();
+        for ((stack_id, labels_id), counts) in self.aggregate.entries() {
+            let stack = match stack_index.get(&stack_id) {
+                Some(&at) => at,
+                None => {
+                    let mut ids = Vec::new();
+                    for frame in self.aggregate.stack(stack_id) {
+                        let at = match location_index.get(frame) {
+                            Some(&at) => at,
+                            None => {
+                                let mapping = self.profile_mapping(
+                                    frame.mapping,
+                                    &mut mappings,
+                                    &mut mapping_index,
+                                );
+                                locations.push(self.location(frame, mapping, &mappings));
+                                location_index.insert(*frame, locations.len() - 1);
+                                locations.len() - 1
+                            }
+                        };
+                        ids.push(at);
+                    }
+                    stacks.push(ids);
+                    stack_index.insert(stack_id, stacks.len() - 1);
+                    stacks.len() - 1
+                }
+            };
+            let labels = *label_index.entry(labels_id).or_insert_with(|| {
+                label_sets.push(self.label_set(labels_id));
+                label_sets.len() - 1
+            });
+            entries.push(Entry {
+                stack: Some(stack),
+                labels,
+                samples: counts.samples,
+                nanos: counts.nanos,
+            });
+        }
+        if self.aggregate.overflow.samples > 0 {
+            label_sets.push(LabelSet {
+                has_context: false,
+                labels: Vec::new(),
+            });
+            entries.push(Entry {
+                stack: None,
+                labels: label_sets.len() - 1,
+                samples: self.aggregate.overflow.samples,
+                nanos: self.aggregate.overflow.nanos,
+            });
+        }
+        Profile {
+            pid: self.pid,
+            service_name: self.service_name.clone(),
+            resource: self.resource.clone(),
+            period_ns: self.options.period_ns,
+            start: self.started,
+            duration: self.started_at.elapsed(),
+            mappings,
+            locations,
+            stacks,
+            label_sets,
+            entries,
+            stats: self.stats(),
+        }
+    }
+
+    fn profile_mapping(
+        &self,
+        id: u32,
+        mappings: &mut Vec<Mapping>,
+        index: &mut HashMap<u32, usize>,
+    ) -> Option<usize> {
+        if let Some(&at) = index.get(&id) {
+            return Some(at);
+        }
+        let record = self.mappings.get(id as usize)?;
+        let (build_id, symbolized, debug_info, note) = match &record.module {
+            Ok(m) => (
+                m.build_id.as_deref().map(hex),
+                true,
+                m.dwarf.is_some(),
+                m.dwarf_note.clone(),
+            ),
+            Err(reason) => (None, false, false, Some(reason.0.clone())),
+        };
+        mappings.push(Mapping {
+            path: record.path.clone(),
+            start: record.start,
+            end: record.end,
+            offset: record.offset,
+            build_id,
+            symbolized,
+            debug_info,
+            note,
+        });
+        index.insert(id, mappings.len() - 1);
+        Some(mappings.len() - 1)
+    }
+
+    fn location(
+        &self,
+        frame: &StackFrame,
+        mapping: Option<usize>,
+        mappings: &[Mapping],
+    ) -> Location {
+        let address = frame.frame.address;
+        let unknown = match mapping.map(|at| &mappings[at]) {
+            Some(m) => {
+                let offset = address.wrapping_sub(m.start).wrapping_add(m.offset);
+                format!("[unknown] {}+{offset:#x}", m.basename())
+            }
+            None => format!("[unknown] {address:#x}"),
+        };
+        Location {
+            mapping,
+            address,
+            symbols: self.symbolize_in(frame.mapping, frame.frame).to_vec(),
+            unknown,
+        }
+    }
+
+    fn label_set(&self, id: u32) -> LabelSet {
+        let ids = self.aggregate.label_set(id);
+        let has_context = ids.first().is_some_and(|&(flag, _)| flag == 1);
+        LabelSet {
+            has_context,
+            labels: ids
+                .iter()
+                .skip(1)
+                .map(|&(k, v)| {
+                    (
+                        self.aggregate.string(k).to_owned(),
+                        self.aggregate.string(v).to_owned(),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The two lowercase hex digits of `b`.
+fn hex_digits(b: u8) -> [u8; 2] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]]
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .flat_map(|&b| hex_digits(b))
+        .map(char::from)
+        .collect()
+}
+
+/// Lowercase hex of `bytes` (at most 16 of them), written into `buf` without
+/// allocating.
+fn hex_into<'b>(bytes: &[u8], buf: &'b mut [u8; 32]) -> &'b str {
+    let n = bytes.len().min(16);
+    for (pair, &b) in buf.chunks_exact_mut(2).zip(&bytes[..n]) {
+        pair.copy_from_slice(&hex_digits(b));
+    }
+    std::str::from_utf8(&buf[..2 * n]).unwrap_or("")
+}
+
+/// `n` in decimal, written into `buf` without allocating.
+fn decimal_into(n: u32, buf: &mut [u8; 10]) -> &str {
+    use std::io::Write;
+    let mut rest = &mut buf[..];
+    // Ten digits hold any u32: the write cannot run out of room.
+    let _ = write!(rest, "{n}");
+    let len = 10 - rest.len();
+    std::str::from_utf8(&buf[..len]).unwrap_or("")
+}
+
+/// A resource value as text: strings as they are, other values as they print.
+fn render(value: &OwnedValue) -> String {
+    match value {
+        OwnedValue::Empty => String::new(),
+        OwnedValue::String(s) => s.clone(),
+        OwnedValue::Bool(b) => b.to_string(),
+        OwnedValue::Int(i) => i.to_string(),
+        OwnedValue::Double(d) => d.to_string(),
+        OwnedValue::Bytes(b) => hex(b),
+        OwnedValue::Array(values) => {
+            let items: Vec<String> = values.iter().map(render).collect();
+            format!("[{}]", items.join(", "))
+        }
+        OwnedValue::KvList(entries) => {
+            let items: Vec<String> = entries
+                .iter()
+                .map(|kv| format!("{}={}", kv.key, render(&kv.value)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_formatters() {
+        let mut buf = [0u8; 32];
+        assert_eq!(hex_into(&[0x00, 0xab, 0x10], &mut buf), "00ab10");
+        assert_eq!(hex(&[0xff, 0x01]), "ff01");
+        let mut digits = [0u8; 10];
+        assert_eq!(decimal_into(0, &mut digits), "0");
+        assert_eq!(decimal_into(u32::MAX, &mut digits), "4294967295");
+        assert_eq!(
+            render(&OwnedValue::Array(vec![
+                OwnedValue::Int(1),
+                OwnedValue::Bool(true)
+            ])),
+            "[1, true]"
+        );
+    }
+
+    #[test]
+    fn filter_keeps_what_it_says() {
+        let attrs: &[(&str, &[u8])] = &[("http.route", b"/cart")];
+        let context = SampleContext {
+            trace_id: [1; 16],
+            span_id: [2; 8],
+            trace_flags: 1,
+            attributes: Attributes::List(attrs),
+        };
+        let bare = Sample::new(7, "w", UserRegisters::default(), &[]);
+        let with = bare.with_context(Some(context));
+        assert!(Filter::default().keeps(&bare));
+        assert!(!Filter::default().with_require_context(true).keeps(&bare));
+        assert!(Filter::default().with_require_context(true).keeps(&with));
+        let cart = Filter::default().with_attribute("http.route", "/cart");
+        assert!(cart.keeps(&with));
+        assert!(!cart.keeps(&bare));
+        assert!(!Filter::default()
+            .with_attribute("http.route", "/search")
+            .keeps(&with));
+        assert!(!Filter::default().with_threads([8]).keeps(&with));
+        assert!(Filter::default().with_threads([7]).keeps(&with));
+    }
+
+    #[test]
+    fn filtered_samples_are_counted_not_walked() {
+        let filter = Filter::default().with_attribute("http.route", "/cart");
+        let mut profiler = Profiler::new(1, ProfileOptions::default().with_filter(filter));
+        let cart: &[(&str, &[u8])] = &[("http.route", b"/cart")];
+        let search: &[(&str, &[u8])] = &[("http.route", b"/search")];
+        let context = |attributes| SampleContext {
+            trace_id: [0xab; 16],
+            span_id: [0xcd; 8],
+            trace_flags: 1,
+            attributes: Attributes::List(attributes),
+        };
+        // A frame pointer to follow, and no stack copy to follow it in.
+        let registers = UserRegisters {
+            ip: 0,
+            sp: 0x1000,
+            fp: 0x1000,
+            lr: 0,
+        };
+        let bare = Sample::new(3, "t", registers, &[]);
+        let dropped = profiler.add(&bare.with_context(Some(context(search))));
+        assert!(!dropped.kept && dropped.end.is_none());
+        profiler.add(&bare);
+        let kept = profiler.add(&bare.with_context(Some(context(cart))));
+        assert_eq!(kept.end, Some(UnwindEnd::NoStack));
+        let profile = profiler.profile();
+        let stats = &profile.stats;
+        assert_eq!(
+            (stats.samples, stats.filtered, stats.with_context),
+            (3, 2, 1)
+        );
+        assert_eq!(stats.unwind_failures(), 1);
+        let labels = &profile.label_sets[profile.entries[0].labels];
+        assert_eq!(
+            labels.get("trace_id"),
+            Some("abababababababababababababababab")
+        );
+        assert_eq!(labels.get("span_id"), Some("cdcdcdcdcdcdcdcd"));
+        assert_eq!(labels.get("thread.id"), Some("3"));
+        assert_eq!(profile.locations[0].unknown, "[unknown] 0x0");
+        assert_eq!(profile.entries[0].nanos, DEFAULT_PERIOD_NS);
+    }
+}

@@ -1,0 +1,221 @@
+//! Symbols: an address of a module to the functions it is in, innermost (inlined)
+//! first, from DWARF where the module has it and from its ELF symbol tables (`.symtab`
+//! and `.dynsym`) otherwise; Rust and C++ names demangled. Each module keeps what it
+//! resolved, so a long profile resolves each address once.
+
+use std::borrow::Cow;
+use std::rc::Rc;
+
+use object::read::elf::ElfFile64;
+use object::{Endianness, Object, ObjectSymbol, SymbolKind};
+use otel_ctx_reader::files::BoundedRead;
+
+use crate::module::{ModuleData, MAX_SYMBOLIZED_PER_MODULE};
+
+/// Most symbols kept of one module (libxul has about a million).
+const MAX_SYMBOLS: usize = 1 << 22;
+
+/// Longest name kept, in bytes: a longer one is cut (and not demangled).
+const MAX_NAME: usize = 4096;
+
+/// Most inlined frames reported for one address.
+const MAX_INLINE_DEPTH: usize = 64;
+
+/// How far past a symbol of unknown size an address may lie and still be given its
+/// name, when no other symbol follows.
+const UNSIZED_REACH: u64 = 64 * 1024;
+
+/// One function an address is in.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Symbol {
+    /// The function's name, demangled.
+    pub name: String,
+    /// Its source file, with the `lines` option and DWARF.
+    pub file: Option<String>,
+    /// The line in that file.
+    pub line: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    address: u64,
+    size: u64,
+    name: (u32, u32),
+}
+
+/// A module's function symbols, by address.
+#[derive(Debug, Default)]
+pub(crate) struct SymbolTable {
+    entries: Vec<Entry>,
+    names: String,
+}
+
+impl SymbolTable {
+    /// The function symbols of `.symtab` and `.dynsym`. Names that cannot be read are
+    /// left out; the caller asks the file's budget whether reading ran out.
+    pub fn read<'a>(elf: &ElfFile64<'a, Endianness, BoundedRead<'a>>) -> Self {
+        let mut table = Self::default();
+        for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
+            if table.entries.len() >= MAX_SYMBOLS {
+                break;
+            }
+            if symbol.kind() != SymbolKind::Text || !symbol.is_definition() {
+                continue;
+            }
+            let address = symbol.address();
+            let Ok(name) = symbol.name_bytes() else {
+                continue;
+            };
+            if address == 0 || name.is_empty() {
+                continue;
+            }
+            let name = String::from_utf8_lossy(&name[..name.len().min(MAX_NAME)]);
+            let (Ok(start), Ok(len)) =
+                (u32::try_from(table.names.len()), u32::try_from(name.len()))
+            else {
+                break;
+            };
+            table.names.push_str(&name);
+            table.entries.push(Entry {
+                address,
+                size: symbol.size(),
+                name: (start, len),
+            });
+        }
+        // By address; at one address, a symbol with a size before one without.
+        table
+            .entries
+            .sort_unstable_by_key(|e| (e.address, std::cmp::Reverse(e.size)));
+        table.entries.dedup_by_key(|e| e.address);
+        table.entries.shrink_to_fit();
+        table
+    }
+
+    /// Symbols kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn name(&self, entry: &Entry) -> &str {
+        let (start, len) = (entry.name.0 as usize, entry.name.1 as usize);
+        self.names.get(start..start + len).unwrap_or("")
+    }
+
+    /// The name of the function symbol that holds `svma`, and where it starts.
+    pub fn lookup(&self, svma: u64) -> Option<(&str, u64)> {
+        let after = self.entries.partition_point(|e| e.address <= svma);
+        let last = after.checked_sub(1)?;
+        let next = self.entries.get(after).map(|e| e.address);
+        // A few symbols back: a large function may enclose a smaller symbol's start.
+        for at in (last.saturating_sub(3)..=last).rev() {
+            let entry = &self.entries[at];
+            let holds = if entry.size > 0 {
+                svma - entry.address < entry.size
+            } else {
+                at == last
+                    && match next {
+                        Some(next) => svma < next,
+                        None => svma - entry.address < UNSIZED_REACH,
+                    }
+            };
+            if holds {
+                return Some((self.name(entry), entry.address));
+            }
+        }
+        None
+    }
+}
+
+/// `name` demangled (Rust, then C++), or as it is.
+pub(crate) fn demangle(name: &str) -> String {
+    if name.len() >= MAX_NAME {
+        return name.to_owned();
+    }
+    addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned()
+}
+
+impl ModuleData {
+    /// The functions `svma` (an address of the file, already moved back into the call
+    /// instruction for a return address) is in, innermost first; empty when nothing
+    /// names it. Cached per module.
+    pub(crate) fn symbolize(&self, svma: u64, lines: bool) -> Rc<[Symbol]> {
+        if let Some(found) = self.symbolized.borrow().get(&(svma, lines)) {
+            return found.clone();
+        }
+        let resolved: Rc<[Symbol]> = self.resolve(svma, lines).into();
+        let mut cache = self.symbolized.borrow_mut();
+        if cache.len() >= MAX_SYMBOLIZED_PER_MODULE {
+            cache.clear();
+        }
+        cache.insert((svma, lines), resolved.clone());
+        resolved
+    }
+
+    fn resolve(&self, svma: u64, lines: bool) -> Vec<Symbol> {
+        let mut out = Vec::new();
+        if let Some(context) = &self.dwarf {
+            if let Ok(mut frames) = context.find_frames(svma).skip_all_loads() {
+                while let Ok(Some(frame)) = frames.next() {
+                    if out.len() >= MAX_INLINE_DEPTH {
+                        break;
+                    }
+                    let name = frame
+                        .function
+                        .as_ref()
+                        .and_then(|f| f.demangle().ok())
+                        .map(Cow::into_owned);
+                    let (file, line) = match (&frame.location, lines) {
+                        (Some(location), true) => (location.file.map(str::to_owned), location.line),
+                        _ => (None, None),
+                    };
+                    out.push((name, file, line));
+                }
+            }
+        }
+        let table_name = || self.symbols.lookup(svma).map(|(name, _)| demangle(name));
+        if out.is_empty() {
+            return table_name()
+                .map(|name| Symbol {
+                    name,
+                    file: None,
+                    line: None,
+                })
+                .into_iter()
+                .collect();
+        }
+        let outermost = out.len() - 1;
+        out.into_iter()
+            .enumerate()
+            .filter_map(|(at, (name, file, line))| {
+                // DWARF without a name: the symbol table's for the function itself, a
+                // placeholder for an inlined one.
+                let name = match name {
+                    Some(name) => name,
+                    None if at == outermost => table_name()?,
+                    None => "[inlined]".to_owned(),
+                };
+                Some(Symbol { name, file, line })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rust_and_cpp_names_demangled() {
+        assert_eq!(demangle("_ZN3foo3barE"), "foo::bar");
+        assert!(demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE")
+            .starts_with("core::ptr::drop_in_place"));
+        assert_eq!(demangle("_Z3fooi"), "foo(int)");
+        assert_eq!(
+            demangle("_ZNSt6vectorIiSaIiEE9push_backERKi"),
+            "std::vector<int, std::allocator<int> >::push_back(int const&)"
+        );
+        assert_eq!(demangle("cart_leaf"), "cart_leaf");
+        let long = "_Z".to_owned() + &"a".repeat(MAX_NAME);
+        assert_eq!(demangle(&long), long);
+    }
+}
