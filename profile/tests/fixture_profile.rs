@@ -7,12 +7,13 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::OnceLock;
 
 use otel_ctx_profile::Profile;
 use otel_ctx_profile::{FoldedOptions, ProfileOptions, UnwindEnd};
-use support::{build_routes, folded_text, out_path, profiles, route_accuracy, Capture, Fixture};
+use support::{
+    build_routes, folded_text, go, out_path, pprof, profiles, route_accuracy, Capture, Fixture,
+};
 
 /// Sampling rounds (every thread once per round).
 const ROUNDS: usize = 300;
@@ -203,38 +204,6 @@ fn folded_roots_are_routes() {
     assert!(by_thread.keys().any(|l| l.starts_with("w-cart;")));
     let bare = profile.folded(&FoldedOptions::default().with_by(None::<String>));
     assert!(bare.keys().all(|l| !l.starts_with('/')));
-}
-
-/// `go`, if installed.
-fn go() -> Option<&'static str> {
-    let found = Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    found.then_some("go")
-}
-
-fn pprof(args: &[&str], file: &std::path::Path) -> String {
-    let home = out_path("go-home");
-    std::fs::create_dir_all(&home).expect("a home for go");
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        // No toolchain download, no proxy: the go installed here, offline.
-        .env("GOTOOLCHAIN", "local")
-        .env("GOPROXY", "off")
-        .env("GOCACHE", home.join("cache"))
-        .env("HOME", &home)
-        .env("PPROF_TMPDIR", &home)
-        .output()
-        .expect("run go tool pprof");
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

@@ -11,6 +11,7 @@ pub mod check;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod json;
+pub mod profile;
 pub mod ps;
 pub mod show;
 pub mod text;

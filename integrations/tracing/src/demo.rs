@@ -53,6 +53,15 @@ pub const ROUTES: [(&str, &str); 5] = [
 pub const TIERS: [&str; 3] = ["free", "pro", "enterprise"];
 /// The span fields recorded as thread-context attributes (under the same key names).
 pub const ATTRIBUTES: [&str; 3] = ["http.route", "http.request.method", "user.tier"];
+/// The function that does each route's work (in the order of [`ROUTES`]), as a profile
+/// names it.
+pub const HANDLERS: [&str; 5] = [
+    "cart_handler",
+    "cart_items_handler",
+    "product_handler",
+    "checkout_handler",
+    "health_handler",
+];
 /// Worker threads of the runtime.
 pub const WORKERS: usize = 4;
 /// Requests in flight at once.
@@ -218,7 +227,7 @@ async fn request(n: u64) {
     let recorder = span.clone();
     async move {
         for step in 0..3u64 {
-            spin(Duration::from_micros(200 + 100 * ((n + step) % 4)));
+            handle(route, Duration::from_micros(200 + 100 * ((n + step) % 4)));
             if step == 1 {
                 recorder.record("user.tier", tier);
             }
@@ -226,13 +235,56 @@ async fn request(n: u64) {
         }
         // Waiting on something else: the worker runs other tasks, or nothing.
         tokio::time::sleep(Duration::from_millis(4 + (mix >> 48) % 4)).await;
-        spin(Duration::from_micros(200));
+        handle(route, Duration::from_micros(200));
     }
     .instrument(span)
     .await;
 }
 
+/// The work of one request, in a function of its route's own: a profile of the service
+/// shows each route's samples under its handler.
+fn handle(route: &str, duration: Duration) {
+    match route {
+        "/api/cart" => cart_handler(duration),
+        "/api/cart/items" => cart_items_handler(duration),
+        "/api/products/:id" => product_handler(duration),
+        "/api/checkout" => checkout_handler(duration),
+        _ => health_handler(duration),
+    }
+}
+
+/// `GET /api/cart`.
+#[inline(never)]
+pub fn cart_handler(duration: Duration) {
+    spin(duration);
+}
+
+/// `POST /api/cart/items`.
+#[inline(never)]
+pub fn cart_items_handler(duration: Duration) {
+    spin(duration);
+}
+
+/// `GET /api/products/:id`.
+#[inline(never)]
+pub fn product_handler(duration: Duration) {
+    spin(duration);
+}
+
+/// `POST /api/checkout`.
+#[inline(never)]
+pub fn checkout_handler(duration: Duration) {
+    spin(duration);
+}
+
+/// `GET /healthz`.
+#[inline(never)]
+pub fn health_handler(duration: Duration) {
+    spin(duration);
+}
+
 /// Busy work a sampling profiler would catch inside the span.
+#[inline(never)]
 fn spin(duration: Duration) {
     let start = Instant::now();
     let mut x = 0u64;

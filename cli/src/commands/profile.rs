@@ -1,0 +1,520 @@
+//! `otel-ctx profile <pid>`: a CPU profile of one process by trace and route. Every sample
+//! is a thread's user registers and the top of its stack, with its thread context; the
+//! stacks are unwound (DWARF CFI, frame pointers) and symbolized in user space by
+//! `otel-ctx-profile`, and the profile is written as pprof, folded text or an SVG flame
+//! graph.
+//!
+//! Samples come from the eBPF sampler (a CPU-clock tick on every CPU: threads are sampled
+//! while they run) in a build with the `ebpf` feature, or with `--ptrace` (or when BPF
+//! cannot be used) from ptrace rounds that stop every thread that is running or ready to
+//! run (`R` in its `stat`) at the rate.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use otel_ctx_profile::{Filter, FoldedOptions, Profile, ProfileOptions, Profiler, Sample};
+use otel_ctx_reader::{
+    ProcessContextReader, ProcessMaps, ReaderOptions, RecordBuffer, SampleError, StackBuffer,
+    ThreadError, ThreadReader, ThreadReaderOptions, DEFAULT_STACK_SIZE,
+};
+
+use super::{catch_sigint, out, show, text, Failure, INTERRUPTED};
+
+/// How often, at most, the maps are read again while samples land outside every known
+/// module (a library loaded since): reading them takes the target's mmap lock.
+const MAPS_REFRESH: Duration = Duration::from_secs(1);
+
+/// The formats `--format` takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Gzipped `profile.proto`, which `go tool pprof`, Pyroscope and Grafana read.
+    Pprof,
+    /// The folded text of flamegraph.pl (`root;caller;leaf count`).
+    Folded,
+    /// An SVG flame graph.
+    Svg,
+}
+
+impl Format {
+    /// The format an output file's name asks for: `.pb.gz` (or `.pb`, `.pprof`), `.folded`
+    /// (or `.txt`), `.svg`.
+    fn of_path(path: &Path) -> Option<Self> {
+        let name = path.file_name()?.to_str()?;
+        if name.ends_with(".pb.gz") || name.ends_with(".pb") || name.ends_with(".pprof") {
+            Some(Self::Pprof)
+        } else if name.ends_with(".folded") || name.ends_with(".txt") {
+            Some(Self::Folded)
+        } else if name.ends_with(".svg") {
+            Some(Self::Svg)
+        } else {
+            None
+        }
+    }
+
+    const fn extension(self) -> &'static str {
+        match self {
+            Self::Pprof => "pb.gz",
+            Self::Folded => "folded",
+            Self::Svg => "svg",
+        }
+    }
+}
+
+/// What `profile` was asked for.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The process.
+    pub pid: u32,
+    /// How long to sample.
+    pub duration: Duration,
+    /// Samples per second (per CPU with eBPF, per thread with ptrace).
+    pub hz: u32,
+    /// The attribute whose value is the root frame of folded and SVG output.
+    pub by: String,
+    /// Keep only the samples of this trace (32 hex digits).
+    pub trace: Option<String>,
+    /// Where to write; `-` is standard output.
+    pub output: Option<PathBuf>,
+    /// The format, when the output's name does not say it.
+    pub format: Option<Format>,
+    /// Sample with ptrace even when eBPF could be used.
+    pub ptrace: bool,
+    /// Give frames their source file and line.
+    pub lines: bool,
+    /// Bytes of stack copied per sample.
+    pub stack_size: usize,
+    /// No progress line, and the summary on stderr (for `demo --profile`).
+    pub quiet: bool,
+}
+
+impl Request {
+    /// The request with the defaults of the command line.
+    pub fn new(pid: u32) -> Self {
+        Self {
+            pid,
+            duration: Duration::from_secs(10),
+            hz: 99,
+            by: "http.route".to_owned(),
+            trace: None,
+            output: None,
+            format: None,
+            ptrace: false,
+            lines: false,
+            stack_size: DEFAULT_STACK_SIZE,
+            quiet: false,
+        }
+    }
+
+    /// The output path and its format: the format asked for, else the one its name
+    /// says, else pprof (and `profile.<pid>.pb.gz` when no output is named).
+    fn output(&self) -> Result<(PathBuf, Format), Failure> {
+        match (&self.output, self.format) {
+            (Some(path), Some(format)) => Ok((path.clone(), format)),
+            (Some(path), None) if path.as_os_str() == "-" => Ok((path.clone(), Format::Folded)),
+            (Some(path), None) => match Format::of_path(path) {
+                Some(format) => Ok((path.clone(), format)),
+                None => Err(Failure::usage(format!(
+                    "-o {}: name it .pb.gz, .folded or .svg, or give --format",
+                    path.display()
+                ))),
+            },
+            (None, format) => {
+                let format = format.unwrap_or(Format::Pprof);
+                Ok((
+                    PathBuf::from(format!("profile.{}.{}", self.pid, format.extension())),
+                    format,
+                ))
+            }
+        }
+    }
+}
+
+/// `--trace`: 32 hex digits.
+fn trace_id(text: &str) -> Result<[u8; 16], Failure> {
+    let bytes = otel_ctx_codec::hex::decode(text)
+        .map_err(|e| Failure::usage(format!("--trace {text}: {e}")))?;
+    bytes
+        .try_into()
+        .map_err(|_| Failure::usage(format!("--trace {text}: a trace id has 32 hex digits")))
+}
+
+/// Where samples come from.
+enum Source {
+    #[cfg(feature = "ebpf")]
+    Ebpf(Box<otel_ctx_reader::EbpfSampler>),
+    Ptrace {
+        records: RecordBuffer,
+        stack: StackBuffer,
+    },
+}
+
+/// A profile being taken.
+struct Session {
+    reader: ThreadReader,
+    profiler: Profiler,
+    source: Source,
+    names: HashMap<u32, String>,
+    maps_read: Instant,
+    maps_suspect: bool,
+    unreadable: u64,
+}
+
+impl Session {
+    fn open(request: &Request, filter: Filter) -> Result<Self, Failure> {
+        let pid = request.pid;
+        let maps = show::read_maps(pid)?;
+        let reader = match ThreadReader::from_maps(&maps, ThreadReaderOptions::default()) {
+            Ok(reader) => reader,
+            // A process that announces no known schema: its records are still read,
+            // their attributes named by index.
+            Err(ThreadError::Schema { .. }) => ThreadReader::from_maps(
+                &maps,
+                ThreadReaderOptions::default().with_require_known_schema(false),
+            )?,
+            Err(e) => return Err(e.into()),
+        };
+        let period = 1_000_000_000 / u64::from(request.hz);
+        let options = ProfileOptions::default()
+            .with_period_ns(period)
+            .with_lines(request.lines)
+            .with_filter(filter);
+        let mut profiler = Profiler::new(pid, options);
+        profiler.update_maps(&maps);
+        let snapshot = ProcessContextReader::from_maps(&maps, ReaderOptions::default())
+            .and_then(|mut r| r.read())
+            .ok();
+        profiler.set_process_context(snapshot.as_ref());
+        let source = Self::source(request, &reader)?;
+        Ok(Self {
+            reader,
+            profiler,
+            source,
+            names: HashMap::new(),
+            maps_read: Instant::now(),
+            maps_suspect: false,
+            unreadable: 0,
+        })
+    }
+
+    /// The eBPF sampler unless `--ptrace`; ptrace when BPF cannot be used (said on
+    /// stderr).
+    fn source(request: &Request, reader: &ThreadReader) -> Result<Source, Failure> {
+        let ptrace = || Source::Ptrace {
+            records: RecordBuffer::new(),
+            stack: StackBuffer::new(request.stack_size),
+        };
+        if request.ptrace {
+            return Ok(ptrace());
+        }
+        #[cfg(feature = "ebpf")]
+        {
+            let options = otel_ctx_reader::EbpfOptions::default()
+                .with_frequency_hz(u64::from(request.hz))
+                .with_stack_size(request.stack_size);
+            match otel_ctx_reader::EbpfSampler::start(reader, options) {
+                Ok(sampler) => return Ok(Source::Ebpf(Box::new(sampler))),
+                Err(e) => eprintln!("otel-ctx: {e}; sampling with ptrace instead"),
+            }
+        }
+        #[cfg(not(feature = "ebpf"))]
+        {
+            let _ = reader;
+            if !request.quiet {
+                eprintln!(
+                    "otel-ctx: this otel-ctx was built without the eBPF sampler (feature \
+                     `ebpf`): sampling with ptrace"
+                );
+            }
+        }
+        Ok(ptrace())
+    }
+
+    const fn is_ebpf(&self) -> bool {
+        match self.source {
+            #[cfg(feature = "ebpf")]
+            Source::Ebpf(_) => true,
+            Source::Ptrace { .. } => false,
+        }
+    }
+
+    /// The name of thread `tid`, read once.
+    fn name(names: &mut HashMap<u32, String>, pid: u32, tid: u32) -> &str {
+        names.entry(tid).or_insert_with(|| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .map(|n| n.trim_end().to_owned())
+                .unwrap_or_default()
+        })
+    }
+
+    /// One step: up to `wait` of eBPF samples, or one ptrace round.
+    fn step(&mut self, wait: Duration) -> Result<(), Failure> {
+        let pid = self.reader.pid();
+        match &mut self.source {
+            #[cfg(feature = "ebpf")]
+            Source::Ebpf(sampler) => {
+                // A failed wait shows as no samples; the next step waits again.
+                let _ = sampler.wait(wait);
+                while let Some((stack, context)) = sampler.next_stack_sample(&mut self.reader) {
+                    let context = match context {
+                        Ok(context) => context,
+                        Err(e) => {
+                            self.unreadable += 1;
+                            self.maps_suspect |= matches!(e, SampleError::Tls(_));
+                            None
+                        }
+                    };
+                    let name = Self::name(&mut self.names, pid, stack.tid);
+                    let sample = Sample::new(stack.tid, name, stack.registers, stack.stack)
+                        .with_context(context.as_ref().map(Into::into));
+                    self.maps_suspect |= self.profiler.add(&sample).outside_modules;
+                }
+            }
+            Source::Ptrace { records, stack } => {
+                let _ = wait;
+                let tids = self.reader.tids().map_err(Failure::from)?;
+                for tid in tids.into_iter().filter(|&tid| running(pid, tid)) {
+                    match self.reader.sample_with_stack_into(tid, records, stack) {
+                        Ok((registers, context)) => {
+                            let name = Self::name(&mut self.names, pid, tid);
+                            let sample = Sample::new(tid, name, registers, stack.bytes())
+                                .with_context(context.as_ref().map(Into::into));
+                            self.maps_suspect |= self.profiler.add(&sample).outside_modules;
+                        }
+                        Err(SampleError::Ptrace(otel_ctx_reader::PtraceError::Gone)) => {}
+                        Err(e) => {
+                            self.unreadable += 1;
+                            self.maps_suspect |= matches!(e, SampleError::Tls(_));
+                        }
+                    }
+                }
+            }
+        }
+        if self.maps_suspect && self.maps_read.elapsed() >= MAPS_REFRESH {
+            self.maps_suspect = false;
+            self.maps_read = Instant::now();
+            if let Ok(maps) = ProcessMaps::read(pid) {
+                self.profiler.update_maps(&maps);
+            }
+            if let Ok(true) = self.reader.refresh_modules() {
+                #[cfg(feature = "ebpf")]
+                if let Source::Ebpf(sampler) = &mut self.source {
+                    let _ = sampler.set_resolution(self.reader.resolution());
+                }
+            }
+            self.reader.refresh_key_map();
+        }
+        Ok(())
+    }
+
+    /// Samples lost to a full ring buffer (eBPF only).
+    fn lost(&self) -> u64 {
+        match &self.source {
+            #[cfg(feature = "ebpf")]
+            Source::Ebpf(sampler) => sampler.counters().map_or(0, |c| c.lost),
+            Source::Ptrace { .. } => 0,
+        }
+    }
+}
+
+/// Whether thread `tid` is running or ready to run (`R` in its `stat`): what a CPU
+/// profile samples.
+fn running(pid: u32, tid: u32) -> bool {
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/task/{tid}/stat")) else {
+        return false;
+    };
+    // `tid (comm) state ...`: comm may contain anything.
+    stat.iter()
+        .rposition(|&b| b == b')')
+        .and_then(|close| stat.get(close + 2))
+        == Some(&b'R')
+}
+
+/// Runs `profile`.
+pub fn run(request: &Request) -> Result<(), Failure> {
+    if request.hz == 0 || request.hz > 10_000 {
+        return Err(Failure::usage(format!(
+            "--hz {}: use a rate between 1 and 10000",
+            request.hz
+        )));
+    }
+    let (path, format) = request.output()?;
+    let mut filter = Filter::default();
+    if let Some(trace) = &request.trace {
+        filter = filter.with_trace_id(trace_id(trace)?);
+    }
+    catch_sigint().map_err(Failure::Unusable)?;
+    let mut session = Session::open(request, filter)?;
+    let progress = !request.quiet && std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let period = Duration::from_secs(1) / request.hz;
+    let mut next = started;
+    let mut last_progress = started;
+    while started.elapsed() < request.duration && !INTERRUPTED.load(Ordering::Relaxed) {
+        let left = request.duration.saturating_sub(started.elapsed());
+        match session.step(left.min(Duration::from_millis(100))) {
+            Ok(()) => {}
+            Err(_) if otel_ctx_reader::memory::is_gone(request.pid) => break,
+            Err(e) => return Err(e),
+        }
+        if progress && last_progress.elapsed() >= Duration::from_millis(250) {
+            last_progress = Instant::now();
+            eprint!("\r\x1b[K{}", progress_line(&session, started, request));
+        }
+        if !session.is_ebpf() {
+            next += period;
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            } else {
+                next = now;
+            }
+        }
+    }
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    let profile = session.profiler.profile();
+    let folded = FoldedOptions::default().with_by(Some(request.by.clone()));
+    write(&profile, format, &folded, &path)?;
+    let summary = summary(&session, &profile, started.elapsed(), &path, format);
+    if request.quiet || path.as_os_str() == "-" {
+        eprint!("{summary}");
+        Ok(())
+    } else {
+        out(&summary)
+    }
+}
+
+fn progress_line(session: &Session, started: Instant, request: &Request) -> String {
+    let stats = session.profiler.stats();
+    format!(
+        "profiling {} ({}): {} of {}, {} samples, {} lost, {} threads",
+        request.pid,
+        if session.is_ebpf() { "eBPF" } else { "ptrace" },
+        text::duration(started.elapsed().as_nanos() as u64),
+        text::duration(request.duration.as_nanos() as u64),
+        stats.samples,
+        session.lost(),
+        session.names.len()
+    )
+}
+
+/// Writes the profile to `path` (`-`: standard output).
+fn write(
+    profile: &Profile,
+    format: Format,
+    folded: &FoldedOptions,
+    path: &Path,
+) -> Result<(), Failure> {
+    let cannot =
+        |e: std::io::Error| Failure::Unusable(format!("cannot write {}: {e}", path.display()));
+    let mut buffer = Vec::new();
+    match format {
+        Format::Pprof => profile.write_pprof(&mut buffer),
+        Format::Folded => profile.write_folded(folded, &mut buffer),
+        Format::Svg => profile.write_svg(folded, &mut buffer),
+    }
+    .map_err(cannot)?;
+    if path.as_os_str() == "-" {
+        let mut stdout = std::io::stdout().lock();
+        return stdout
+            .write_all(&buffer)
+            .and_then(|()| stdout.flush())
+            .map_err(cannot);
+    }
+    std::fs::write(path, buffer).map_err(cannot)
+}
+
+/// The closing summary: samples, with and without a context, distinct stacks, unwinding
+/// failures, the output.
+fn summary(
+    session: &Session,
+    profile: &Profile,
+    elapsed: Duration,
+    path: &Path,
+    format: Format,
+) -> String {
+    let stats = &profile.stats;
+    let mut out = format!(
+        "{} samples in {} ({}): {} with a thread context, {} without, {} filtered out, {} \
+         unreadable, {} lost; {} distinct stacks; {} walks stopped short",
+        stats.samples,
+        text::duration(elapsed.as_nanos() as u64),
+        if session.is_ebpf() { "eBPF" } else { "ptrace" },
+        stats.with_context,
+        stats.without_context,
+        stats.filtered,
+        session.unreadable,
+        session.lost(),
+        stats.distinct_stacks,
+        stats.unwind_failures(),
+    );
+    let failures: Vec<String> = stats
+        .unwind_ends
+        .iter()
+        .filter(|(end, _)| end.is_failure())
+        .map(|(end, n)| format!("{n} {}", end.name()))
+        .collect();
+    if !failures.is_empty() {
+        out.push_str(&format!(" ({})", failures.join(", ")));
+    }
+    out.push('\n');
+    for skipped in &stats.skipped_modules {
+        out.push_str(&format!("skipped {}: {}\n", skipped.path, skipped.reason));
+    }
+    let what = match format {
+        Format::Pprof => "pprof profile",
+        Format::Folded => "folded stacks",
+        Format::Svg => "flame graph",
+    };
+    if path.as_os_str() != "-" {
+        out.push_str(&format!("{what} written to {}\n", path.display()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_and_formats() {
+        let mut r = Request::new(42);
+        assert_eq!(
+            r.output().unwrap(),
+            (PathBuf::from("profile.42.pb.gz"), Format::Pprof)
+        );
+        r.format = Some(Format::Svg);
+        assert_eq!(
+            r.output().unwrap(),
+            (PathBuf::from("profile.42.svg"), Format::Svg)
+        );
+        r.format = None;
+        for (name, format) in [
+            ("cpu.pb.gz", Format::Pprof),
+            ("x.folded", Format::Folded),
+            ("flame.svg", Format::Svg),
+            ("-", Format::Folded),
+        ] {
+            r.output = Some(PathBuf::from(name));
+            assert_eq!(r.output().unwrap().1, format, "{name}");
+        }
+        r.output = Some(PathBuf::from("cpu.data"));
+        assert!(r.output().unwrap_err().to_string().contains("--format"));
+        r.format = Some(Format::Pprof);
+        assert_eq!(r.output().unwrap().1, Format::Pprof);
+    }
+
+    #[test]
+    fn trace_ids() {
+        assert_eq!(trace_id(&"ab".repeat(16)).unwrap(), [0xab; 16]);
+        assert!(trace_id("abc").is_err());
+        assert!(trace_id(&"ab".repeat(8))
+            .unwrap_err()
+            .to_string()
+            .contains("32 hex"));
+    }
+}
