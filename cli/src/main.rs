@@ -84,37 +84,7 @@ enum Command {
     /// Profile a process's CPU by trace and route: stacks unwound and symbolized, each
     /// sample labeled with its thread context; written as pprof (`.pb.gz`), folded text
     /// (`.folded`) or an SVG flame graph (`.svg`).
-    Profile {
-        /// The process id.
-        pid: u32,
-        /// How long to sample, such as `10s`; Ctrl-C stops earlier and still writes.
-        #[arg(long, default_value = "10s", value_parser = commands::parse_duration, allow_negative_numbers = true)]
-        duration: Duration,
-        /// Samples per second: per CPU with eBPF, per running thread with ptrace.
-        #[arg(long, default_value_t = 99)]
-        hz: u32,
-        /// The attribute whose value is the root frame of folded and SVG output.
-        #[arg(long, default_value = "http.route")]
-        by: String,
-        /// Keep only the samples of this trace (32 hex digits).
-        #[arg(long)]
-        trace: Option<String>,
-        /// Where to write (`-`: standard output); default `profile.<pid>.pb.gz`.
-        #[arg(short = 'o', long)]
-        output: Option<std::path::PathBuf>,
-        /// The format, when the output's name does not say it.
-        #[arg(long, value_enum)]
-        format: Option<commands::profile::Format>,
-        /// Sample with ptrace (stopping each running thread) instead of eBPF.
-        #[arg(long)]
-        ptrace: bool,
-        /// Give frames their source file and line (from DWARF).
-        #[arg(long)]
-        lines: bool,
-        /// Bytes of each sample's stack to copy for unwinding (at most 65536).
-        #[arg(long, default_value_t = otel_ctx_reader::DEFAULT_STACK_SIZE)]
-        stack_size: usize,
-    },
+    Profile(commands::profile::Request),
     /// Start a demo service that publishes contexts, and watch what a reader sees (a build
     /// with the `demo` feature: `cargo install --path cli --features demo`).
     Demo {
@@ -126,6 +96,10 @@ enum Command {
         /// built with the `ebpf` feature).
         #[arg(long)]
         ebpf: bool,
+        /// Also profile the service over the demo's run (as `otel-ctx profile` does) and
+        /// write the profile here (`.pb.gz`, `.folded` or `.svg`).
+        #[arg(long)]
+        profile: Option<std::path::PathBuf>,
     },
     /// Check that a process publishes its contexts as the specifications require (rules
     /// and their references in CHECK.md). Exit status 0 when no rule fails, 1 when a
@@ -173,31 +147,13 @@ fn main() -> ExitCode {
             json,
             ebpf,
         } => commands::watch::run(pid, hz, duration, &by, raw_keys, json, ebpf),
-        Command::Profile {
-            pid,
-            duration,
-            hz,
-            by,
-            trace,
-            output,
-            format,
-            ptrace,
-            lines,
-            stack_size,
-        } => commands::profile::run(&commands::profile::Request {
-            duration,
-            hz,
-            by,
-            trace,
-            output,
-            format,
-            ptrace,
-            lines,
-            stack_size,
-            ..commands::profile::Request::new(pid)
-        }),
+        Command::Profile(request) => commands::profile::run(&request),
         #[cfg(feature = "demo")]
-        Command::Demo { duration, ebpf } => commands::demo::run(duration, ebpf),
+        Command::Demo {
+            duration,
+            ebpf,
+            profile,
+        } => commands::demo::run(duration, ebpf, profile.as_deref()),
         #[cfg(not(feature = "demo"))]
         Command::Demo { .. } => Err(commands::Failure::usage(
             "this otel-ctx was built without the demo service, which links a writer and the \

@@ -377,6 +377,30 @@ fn permission_denied_names_what_is_needed() {
 
 #[cfg(feature = "demo")]
 #[test]
+fn demo_profiles_its_service_by_route() {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("demo-profile.folded");
+    let _ = std::fs::remove_file(&path);
+    let out = run(&[
+        "demo",
+        "--duration",
+        "2500ms",
+        "--profile",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The profile's summary, on stderr.
+    assert!(text(&out.stderr).contains("folded stacks written to"));
+    let folded = std::fs::read_to_string(&path).expect("the profile");
+    let routes: std::collections::BTreeSet<&str> = folded
+        .lines()
+        .filter_map(|l| l.split(';').next())
+        .filter(|root| DEMO_ROUTES.contains(root))
+        .collect();
+    assert!(routes.len() >= 2, "{folded}");
+}
+
+#[cfg(feature = "demo")]
+#[test]
 fn demo_runs_and_stops_its_service() {
     let out = run(&["demo", "--duration", "1500ms"]);
     let stdout = text(&out.stdout);

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::thread;
@@ -40,7 +41,7 @@ const HISTORY: usize = 8;
 
 /// Runs the viewer: starts the service, shows what a reader sees, stops the service.
 /// With `ebpf`, the threads are sampled by the eBPF sampler instead of ptrace stops.
-pub fn run(duration: Duration, ebpf: bool) -> Result<(), Failure> {
+pub fn run(duration: Duration, ebpf: bool, profile: Option<&Path>) -> Result<(), Failure> {
     #[cfg(not(feature = "ebpf"))]
     if ebpf {
         return Err(Failure::usage(super::watch::NO_EBPF));
@@ -56,7 +57,7 @@ pub fn run(duration: Duration, ebpf: bool) -> Result<(), Failure> {
         .spawn()
         .map_err(|e| Failure::Unusable(format!("cannot start the demo service: {e}")))?;
     let mut service = Service { child };
-    let result = watch(service.child.id(), duration, ebpf);
+    let result = watch(service.child.id(), duration, ebpf, profile);
     let status = service.stop();
     result?;
     let status = status.map_err(Failure::Unusable)?;
@@ -128,7 +129,25 @@ fn open_sampler(pid: u32, ebpf: bool) -> Result<Sampler, Failure> {
     Sampler::open(pid, "http.route", false)
 }
 
-fn watch(pid: u32, duration: Duration, ebpf: bool) -> Result<(), Failure> {
+/// Starts `otel-ctx profile` on the service for what is left of the demo's run, writing
+/// to `path`; it shares the terminal's process group, so Ctrl-C ends it too (and it
+/// still writes).
+fn start_profile(pid: u32, left: Duration, path: &Path) -> Result<Child, Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::Unusable(format!("cannot find this program: {e}")))?;
+    Command::new(exe)
+        .args(["profile", &pid.to_string(), "--quiet", "--duration"])
+        .arg(format!("{}ms", left.as_millis()))
+        .arg("-o")
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| Failure::Unusable(format!("cannot start the profiler: {e}")))
+}
+
+fn watch(pid: u32, duration: Duration, ebpf: bool, profile: Option<&Path>) -> Result<(), Failure> {
+    let mut profiler: Option<Child> = None;
     let mut reader = ProcessContextReader::open(pid)?;
     let mut view = View {
         pid,
@@ -165,6 +184,10 @@ fn watch(pid: u32, duration: Duration, ebpf: bool) -> Result<(), Failure> {
             }
             if view.sampler.is_none() && view.current.is_some() {
                 view.sampler = Some(open_sampler(pid, ebpf)?);
+                if let Some(path) = profile {
+                    let left = duration.saturating_sub(view.started.elapsed());
+                    profiler = Some(start_profile(pid, left, path)?);
+                }
             }
             if view.tty {
                 view.redraw();
@@ -184,6 +207,15 @@ fn watch(pid: u32, duration: Duration, ebpf: bool) -> Result<(), Failure> {
     }
     if view.tty {
         view.redraw();
+    }
+    // The service runs until the profile is written: its summary goes to stderr.
+    if let Some(mut profiler) = profiler {
+        let status = profiler
+            .wait()
+            .map_err(|e| Failure::Unusable(format!("waiting for the profiler: {e}")))?;
+        if !status.success() {
+            return Err(Failure::Unusable(format!("the profiler failed ({status})")));
+        }
     }
     let why = if INTERRUPTED.load(Ordering::Relaxed) {
         "interrupted"

@@ -64,34 +64,45 @@ impl Format {
 }
 
 /// What `profile` was asked for.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct Request {
-    /// The process.
+    /// The process id.
     pub pid: u32,
-    /// How long to sample.
+    /// How long to sample, such as `10s`; Ctrl-C stops earlier and still writes.
+    #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
     pub duration: Duration,
-    /// Samples per second (per CPU with eBPF, per thread with ptrace).
+    /// Samples per second: per CPU with eBPF, per running thread with ptrace.
+    #[arg(long, default_value_t = 99)]
     pub hz: u32,
     /// The attribute whose value is the root frame of folded and SVG output.
+    #[arg(long, default_value = "http.route")]
     pub by: String,
     /// Keep only the samples of this trace (32 hex digits).
+    #[arg(long)]
     pub trace: Option<String>,
-    /// Where to write; `-` is standard output.
+    /// Where to write (`-`: standard output); default `profile.<pid>.pb.gz`.
+    #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
     /// The format, when the output's name does not say it.
+    #[arg(long, value_enum)]
     pub format: Option<Format>,
-    /// Sample with ptrace even when eBPF could be used.
+    /// Sample with ptrace (stopping each running thread) instead of eBPF.
+    #[arg(long)]
     pub ptrace: bool,
-    /// Give frames their source file and line.
+    /// Give frames their source file and line (from DWARF).
+    #[arg(long)]
     pub lines: bool,
-    /// Bytes of stack copied per sample.
+    /// Bytes of each sample's stack to copy for unwinding (at most 65536).
+    #[arg(long, default_value_t = DEFAULT_STACK_SIZE)]
     pub stack_size: usize,
-    /// No progress line, and the summary on stderr (for `demo --profile`).
+    /// No progress line, and the summary on stderr (as `demo --profile` runs it).
+    #[arg(long, hide = true)]
     pub quiet: bool,
 }
 
 impl Request {
     /// The request with the defaults of the command line.
+    #[cfg(test)]
     pub fn new(pid: u32) -> Self {
         Self {
             pid,
