@@ -17,6 +17,7 @@ cargo clippy -p otel-ctx-writer --no-default-features --features alloc -- -D war
 (cd writer-linux/examples/nolibc && cargo fmt -- --check &&
   cargo clippy -q --release --target x86_64-unknown-linux-gnu -- -D warnings)
 cargo clippy -p otel-ctx-opentelemetry --features context-observer --all-targets -- -D warnings
+cargo clippy -p otel-ctx --features demo --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 
 step "dependency rules (ARCHITECTURE.md)"
@@ -28,6 +29,32 @@ for banned in clap serde otel-ctx-writer; do
     exit 1
   fi
 done
+# The reader stays lean for the profilers that embed it: no unwinder, no symbolizer, no
+# output format; those are the profile layer's (otel-ctx-profile), which sits above it.
+for banned in framehop addr2line gimli inferno prost flate2 otel-ctx-profile; do
+  if grep -q "^$banned v" <<<"$reader_tree"; then
+    echo "otel-ctx-reader depends on $banned (the profile layer's)" >&2
+    exit 1
+  fi
+done
+if ! cargo tree -q -p otel-ctx-profile -e normal --prefix none | grep -q "^otel-ctx-reader v"; then
+  echo "otel-ctx-profile is not on top of the reader" >&2
+  exit 1
+fi
+# The read-side tool, in its default build, carries no writer: the demo service (writer,
+# tokio, the OpenTelemetry SDK) is its feature `demo`, and it exports no TLS slot.
+cli_tree=$(cargo tree -q -p otel-ctx -e normal --prefix none)
+for banned in otel-ctx-writer otel-ctx-tracing tokio opentelemetry_sdk; do
+  if grep -q "^$banned v" <<<"$cli_tree"; then
+    echo "otel-ctx's default build depends on $banned" >&2
+    exit 1
+  fi
+done
+cargo build -q -p otel-ctx
+if nm -D --defined-only target/debug/otel-ctx | grep -q otel_thread_ctx_v1; then
+  echo "otel-ctx's default build exports otel_thread_ctx_v1" >&2
+  exit 1
+fi
 # The codec without features: zerocopy, micropb, heapless and their own dependencies.
 codec_direct=$(cargo tree -q -p otel-ctx-codec -e normal --no-default-features --depth 1 --prefix none | tail -n +2 | awk '{print $1}' | sort -u | tr '\n' ' ')
 if [ "$codec_direct" != "heapless micropb zerocopy " ]; then
@@ -65,15 +92,18 @@ step "workspace tests (x86_64)"
 run_tests cargo test --workspace
 # The observer tests need the feature that installs a process-wide context observer.
 run_tests cargo test -p otel-ctx-opentelemetry --features context-observer
+# The tool with its demo service (the default build is tested above).
+run_tests cargo test -p otel-ctx --features demo
+cargo build -q -p otel-ctx-profile --target aarch64-unknown-linux-gnu
 
 step "eBPF sampler (feature ebpf: root, BTF; clang 19 to check the checked-in objects)"
 bash scripts/build-bpf.sh --check
-cargo clippy -p otel-ctx-reader -p otel-ctx --all-targets --features ebpf -- -D warnings
+cargo clippy -p otel-ctx-reader -p otel-ctx --all-targets --features otel-ctx/ebpf,otel-ctx/demo -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc -p otel-ctx-reader --features ebpf --no-deps -q
 cargo build -q -p otel-ctx-reader --features ebpf --examples
 cargo build -q -p otel-ctx-reader --features ebpf --target aarch64-unknown-linux-gnu
 run_tests cargo test -p otel-ctx-reader --features ebpf --lib --test ebpf_matrix
-run_tests cargo test -p otel-ctx --features ebpf --test watch_ebpf
+run_tests cargo test -p otel-ctx --features ebpf,demo --test watch_ebpf --test profile_cli
 
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
 # Property tests under emulation: fewer cases (all 256 run natively above).
