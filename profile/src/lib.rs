@@ -23,7 +23,7 @@
 //!
 //! - **Modules** ([`ModuleCache`]): every executable file of [`ProcessMaps`] is opened
 //!   with the reader's [`open_mapped`](otel_ctx_reader::files::open_mapped) and read with
-//!   `pread` under a [`FileBudget`] ([`BudgetedFile`](otel_ctx_reader::files::BudgetedFile)),
+//!   `pread` under a [`FileBudget`](otel_ctx_reader::files::FileBudget) ([`BudgetedFile`](otel_ctx_reader::files::BudgetedFile)),
 //!   never mapped: its build id, `.eh_frame`, `.eh_frame_hdr`, `.debug_frame`, symbol
 //!   tables and DWARF, once per build id (else device and inode). A module that costs
 //!   more than the budget is left out with the reason ([`Stats::skipped_modules`]).

@@ -1,4 +1,4 @@
-//! What goes into a [`Profiler`](crate::Profiler): its options, the filter, and one
+//! What goes into a [`Profiler`](crate::Profiler)(crate::Profiler): its options, the filter, and one
 //! sample with its thread context.
 
 use otel_ctx_reader::files::FileBudget;
@@ -79,7 +79,7 @@ impl Filter {
     }
 }
 
-/// How a [`Profiler`] unwinds, symbolizes and aggregates. Start from
+/// How a [`Profiler`](crate::Profiler) unwinds, symbolizes and aggregates. Start from
 /// `ProfileOptions::default()` and set fields with the builder methods.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -281,7 +281,7 @@ impl<'a> Sample<'a> {
     }
 }
 
-/// What [`Profiler::add`] did with a sample.
+/// What [`Profiler::add`](crate::Profiler::add) did with a sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SampleOutcome {
@@ -292,6 +292,6 @@ pub struct SampleOutcome {
     /// Why the walk ended; `None` when the filter dropped the sample (no walk).
     pub end: Option<UnwindEnd>,
     /// Whether its instruction pointer was in no known module: the caller should read
-    /// the maps again ([`Profiler::update_maps`]), at a rate it chooses.
+    /// the maps again ([`Profiler::update_maps`](crate::Profiler::update_maps)), at a rate it chooses.
     pub outside_modules: bool,
 }
