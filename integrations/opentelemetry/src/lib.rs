@@ -49,7 +49,6 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource as SdkResource;
 #[cfg(target_os = "linux")]
 use otel_ctx_writer::process::{self, global, OwnedValue};
-use otel_ctx_writer::thread::Key;
 #[cfg(target_os = "linux")]
 use otel_ctx_writer::thread::{self, Attached, ThreadContext};
 
@@ -72,6 +71,23 @@ pub type PublishError = std::convert::Infallible;
 /// The writer's `otel_ctx_writer::thread::RegistryError`: outside Linux no key is
 /// registered and nothing fails.
 pub use otel_ctx_writer::thread::RegistryError;
+
+/// An attribute key of thread contexts (a position of the process context's
+/// `threadlocal.attribute_key_map`), for [`ThreadAttributesExt::with_thread_attribute`].
+pub use otel_ctx_writer::thread::Key;
+
+/// Registers `name` as an attribute key of thread contexts (appending it to the key map
+/// the process context publishes, once), and returns its [`Key`]. Outside Linux nothing is
+/// registered.
+pub fn register(name: &str) -> Result<Key, RegistryError> {
+    #[cfg(target_os = "linux")]
+    return otel_ctx_writer::thread::register(name);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = name;
+        Ok(Key::from_index(0))
+    }
+}
 
 /// `service.instance.id`, which the SDK's default resource leaves out.
 #[cfg(target_os = "linux")]

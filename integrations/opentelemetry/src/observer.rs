@@ -59,16 +59,25 @@ use crate::record_for;
 ///     .install()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ThreadContextObserver {
     /// Baggage entries taken as attributes: (baggage name, attribute key).
     from_baggage: Arc<[(String, Key)]>,
+    /// Publish the SDK's default resource at install when nothing is published.
+    publish_default: bool,
+}
+
+impl Default for ThreadContextObserver {
+    fn default() -> Self {
+        ThreadContextObserverBuilder::default().build()
+    }
 }
 
 /// Builds a [`ThreadContextObserver`] with the attributes it takes from baggage.
 #[derive(Debug, Default)]
 pub struct ThreadContextObserverBuilder {
     from_baggage: Vec<(String, Key)>,
+    without_process_context: bool,
 }
 
 impl ThreadContextObserverBuilder {
@@ -86,10 +95,19 @@ impl ThreadContextObserverBuilder {
         Ok(self)
     }
 
+    /// Publishes no process context when the observer is installed (the application
+    /// publishes its own, or wants none until its tracer provider does).
+    #[must_use]
+    pub fn without_process_context(mut self) -> Self {
+        self.without_process_context = true;
+        self
+    }
+
     /// The observer.
     pub fn build(self) -> ThreadContextObserver {
         ThreadContextObserver {
             from_baggage: self.from_baggage.into(),
+            publish_default: !self.without_process_context,
         }
     }
 }
@@ -108,11 +126,22 @@ impl ThreadContextObserver {
 
     /// Makes this the process's context observer. Contexts created from then on get their
     /// record; enters and exits from then on move them in and out of the slot.
+    ///
+    /// When no process context is published yet, it publishes one with the resource the
+    /// SDK detects by default (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
+    /// `unknown_service:<executable>`, `telemetry.sdk.*`), so that a reader finds the key
+    /// map the records need; the provider's own `Resource` replaces it when
+    /// [`ProcessContextProcessor`](crate::ProcessContextProcessor) publishes it.
+    /// [`ThreadContextObserverBuilder::without_process_context`] turns that off.
     pub fn install(self) -> Result<(), InstallError> {
         match probe() {
             Probe::Ours => return Err(InstallError::AlreadyInstalled),
             Probe::Other => return Err(InstallError::OtherObserver),
             Probe::None => {}
+        }
+        if self.publish_default && !otel_ctx_writer::process::global::is_published() {
+            // A failure leaves the process without a context, as before the observer.
+            let _ = crate::publish_resource(&opentelemetry_sdk::Resource::builder().build());
         }
         GlobalContextObserver::set(Arc::new(self));
         match probe() {

@@ -31,6 +31,12 @@ impl ThreadContextObserverBuilder {
         Ok(self)
     }
 
+    /// Publishes no process context when installed (outside Linux none is, anyway).
+    #[must_use]
+    pub fn without_process_context(self) -> Self {
+        self
+    }
+
     /// The observer.
     pub fn build(self) -> ThreadContextObserver {
         ThreadContextObserver::default()

@@ -31,15 +31,51 @@ struct Mapped {
 ///
 /// Install it over a [`tracing_subscriber::Registry`] (any subscriber that implements
 /// [`LookupSpan`]), above `tracing-opentelemetry`'s layer when that one gives the ids.
-#[derive(Debug, Clone, Default)]
+///
+/// When it is installed and no process context is published yet, it publishes one with
+/// the resource the OpenTelemetry SDK detects by default ([`default_resource`]), so that
+/// a reader finds the key map its records need; an SDK `Resource` published later (by
+/// `otel-ctx-opentelemetry`'s `ProcessContextProcessor`) replaces it.
+/// [`without_process_context`](Self::without_process_context) turns that off.
+#[derive(Debug, Clone)]
 pub struct ThreadContextLayer {
     mapped: Vec<Mapped>,
+    publish_default: bool,
+}
+
+impl Default for ThreadContextLayer {
+    fn default() -> Self {
+        Self {
+            mapped: Vec::new(),
+            publish_default: true,
+        }
+    }
+}
+
+/// The resource the layer publishes when no process context is: what the OpenTelemetry
+/// SDK's default detectors find (`OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME`,
+/// `service.name` defaulting to `unknown_service:<executable>`), a `service.instance.id`,
+/// and `telemetry.sdk.*` naming this crate.
+pub fn default_resource(
+) -> Result<otel_ctx_writer::process::Resource, otel_ctx_writer::process::Error> {
+    otel_ctx_writer::process::Resource::builder()
+        .from_environment()
+        .telemetry_sdk(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"))
+        .build()
 }
 
 impl ThreadContextLayer {
     /// A layer that records ids and flags only.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Publishes no process context when it is installed (the application publishes its
+    /// own, or wants none until its OpenTelemetry SDK does).
+    #[must_use]
+    pub fn without_process_context(mut self) -> Self {
+        self.publish_default = false;
+        self
     }
 
     /// Records the span field `field` as the attribute key of the same name (field
@@ -298,6 +334,16 @@ impl<S> Layer<S> for ThreadContextLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
+    fn on_layer(&mut self, _subscriber: &mut S) {
+        if self.publish_default && !otel_ctx_writer::process::global::is_published() {
+            // A failure leaves the process without a context, as before the layer: the
+            // records still work, and `otel-ctx check` says what is missing.
+            if let Ok(resource) = default_resource() {
+                let _ = otel_ctx_writer::process::global::publish(resource);
+            }
+        }
+    }
+
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(id) else { return };
         let parent_trace = span.parent().and_then(|parent| {

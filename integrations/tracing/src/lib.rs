@@ -58,7 +58,7 @@ mod layer;
 mod noop;
 
 #[cfg(target_os = "linux")]
-pub use layer::{span_ids, ThreadContextLayer};
+pub use layer::{default_resource, span_ids, ThreadContextLayer};
 #[cfg(not(target_os = "linux"))]
 pub use noop::{span_ids, ThreadContextLayer};
 

@@ -31,6 +31,12 @@ impl ThreadContextLayer {
     pub fn with_attribute_as(self, _field: &str, _key: &str) -> Result<Self, RegistryError> {
         Ok(self)
     }
+
+    /// Publishes no process context when installed (outside Linux none is, anyway).
+    #[must_use]
+    pub fn without_process_context(self) -> Self {
+        self
+    }
 }
 
 /// Every callback is the trait's default, which does nothing.

@@ -66,7 +66,7 @@ pub fn out_path(name: &str) -> PathBuf {
 }
 
 /// Runs `gcc` with `args`, panicking with its output if it fails.
-fn gcc(args: &[&str]) {
+pub fn gcc(args: &[&str]) {
     let out = Command::new("gcc")
         .args(args)
         .output()

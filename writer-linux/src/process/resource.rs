@@ -136,6 +136,26 @@ impl ResourceBuilder {
         self
     }
 
+    /// What the OpenTelemetry SDK's default detectors read from the environment:
+    /// `OTEL_RESOURCE_ATTRIBUTES` (comma-separated `key=value`, values percent-decoded;
+    /// malformed entries are skipped), then `OTEL_SERVICE_NAME`, which wins over a
+    /// `service.name` there. [`build`](Self::build) then fills in what is still missing
+    /// (`service.name` as `unknown_service:<executable>`, `service.instance.id`, the
+    /// `telemetry.sdk.*` keys).
+    #[cfg(feature = "std")]
+    pub fn from_environment(self) -> Self {
+        let mut builder = self;
+        if let Ok(list) = std::env::var("OTEL_RESOURCE_ATTRIBUTES") {
+            for (key, value) in parse_resource_attributes(&list) {
+                builder = builder.attribute(key, value);
+            }
+        }
+        match std::env::var("OTEL_SERVICE_NAME") {
+            Ok(name) if !name.trim().is_empty() => builder.service_name(name.trim()),
+            _ => builder,
+        }
+    }
+
     /// The resource, with the missing semantic-convention keys filled in.
     ///
     /// Fails only when `service.instance.id` was not set and `getrandom` fails.
@@ -162,6 +182,42 @@ impl ResourceBuilder {
         }
         Ok(Resource { attributes })
     }
+}
+
+/// The pairs of an `OTEL_RESOURCE_ATTRIBUTES` value: `key=value` separated by commas,
+/// keys and values trimmed, values percent-decoded; an entry without `=`, with an empty
+/// key or with a bad escape is skipped.
+#[cfg(feature = "std")]
+pub fn parse_resource_attributes(list: &str) -> alloc::vec::Vec<(String, String)> {
+    list.split(',')
+        .filter_map(|entry| {
+            let (key, value) = entry.split_once('=')?;
+            let key = key.trim();
+            if key.is_empty() {
+                return None;
+            }
+            Some((String::from(key), percent_decode(value.trim())?))
+        })
+        .collect()
+}
+
+/// `%XX` escapes decoded; `None` for a bad escape or bytes that are not UTF-8.
+#[cfg(feature = "std")]
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = alloc::vec::Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// `unknown_service:<comm>`, as the semantic conventions ask when no name is given.
@@ -233,6 +289,27 @@ mod tests {
         assert!(a.bytes().all(|c| !c.is_ascii_uppercase()));
         assert_eq!(&groups[2][..1], "4");
         assert!(matches!(&groups[3][..1], "8" | "9" | "a" | "b"));
+    }
+
+    #[cfg(feature = "std")]
+    #[test]
+    fn resource_attributes_from_the_environment_format() {
+        let pairs = parse_resource_attributes(
+            " service.name = checkout ,deployment.environment.name=prod,team=pay%20ments,bad,=x,k=%zz",
+        );
+        let pairs: alloc::vec::Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("service.name", "checkout"),
+                ("deployment.environment.name", "prod"),
+                ("team", "pay ments"),
+            ]
+        );
+        assert!(parse_resource_attributes("").is_empty());
     }
 
     #[test]
