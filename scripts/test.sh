@@ -9,6 +9,21 @@ trap 'rm -f "$log"' EXIT
 step() { printf '\n=== %s\n' "$*"; }
 run_tests() { "$@" 2>&1 | tee -a "$log"; }
 
+# --quick: what needs neither root nor the cross toolchains (lints, docs, unit tests, the
+# vectors, the README's blocks).
+if [ "${1:-}" = "--quick" ]; then
+  step "quick: format, lints, docs"
+  cargo fmt --all -- --check
+  cargo clippy --workspace --all-targets -- -D warnings
+  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
+  step "quick: unit tests, the vectors, the README's blocks"
+  cargo test --workspace --lib --bins
+  cargo test -p otel-ctx-codec
+  python3 spec-vectors/generate.py --check
+  python3 scripts/readme-blocks.py
+  exit 0
+fi
+
 step "format, lints, docs"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
@@ -85,8 +100,9 @@ for target in x86_64-apple-darwin x86_64-unknown-freebsd; do
     --features otel-ctx-tracing/demo-service,otel-ctx-opentelemetry/context-observer
 done
 
-step "spec vectors are up to date"
+step "spec vectors are up to date, the README's code is compiled code"
 python3 spec-vectors/generate.py --check
+python3 scripts/readme-blocks.py
 
 step "workspace tests (x86_64)"
 run_tests cargo test --workspace
@@ -95,6 +111,9 @@ run_tests cargo test -p otel-ctx-opentelemetry --features context-observer
 # The tool with its demo service (the default build is tested above).
 run_tests cargo test -p otel-ctx --features demo
 cargo build -q -p otel-ctx-profile --target aarch64-unknown-linux-gnu
+
+step "a fresh project set up as the README says (outside the workspace, crates by path)"
+bash scripts/fresh-project.sh
 
 step "eBPF sampler (feature ebpf: root, BTF; clang 19 to check the checked-in objects)"
 bash scripts/build-bpf.sh --check
