@@ -114,10 +114,10 @@ impl ProcessSide {
         Ok(())
     }
 
-    /// The seqlock read of OTEP 4719 §Read 3 to 5 ([`read_consistent`], the readers'
-    /// own), up to `attempts` times, without the identity checks of step 2 (the checker
-    /// judges headers readers would skip) and without trusting `payload_size` beyond
-    /// the bound readers apply.
+    /// The seqlock read of OTEP 4719 §Reading Protocol 3 to 7 ([`read_consistent`], the
+    /// readers' own), up to `attempts` times, without the identity checks of step 2 (the
+    /// checker judges headers readers would skip) and without trusting `payload_size`
+    /// beyond the bound readers apply.
     fn read_consistent(&mut self, start: u64, attempts: u32) -> Result<ReadOutcome, Error> {
         let mut all_zero = true;
         for _ in 0..attempts {
