@@ -21,9 +21,9 @@
 //! names the vector that disagrees:
 //!
 //! - [`vectors`]: the common envelope of a vector (name, description, spec, hex, inputs,
-//!   `expected` or `error`) and the loader.
-//! - [`header`], [`payload`], [`record`]: the `expected` shape of each file and the
-//!   function that runs one vector through the codec.
+//!   `expected` or `error`) and the loader; [`vectors::header`], [`vectors::payload`] and
+//!   [`vectors::record`], one per file: its `expected` shape and the function that runs
+//!   one vector through the codec.
 //! - [`text_format`]: enough of protobuf text format to read what `protoc --decode`
 //!   prints, for the cross-check against protoc.
 //! - [`hex`]: the lowercase hex used by the vectors.
@@ -32,10 +32,7 @@
 
 #[cfg(target_os = "linux")]
 mod check;
-pub mod header;
 pub mod hex;
-pub mod payload;
-pub mod record;
 pub mod text_format;
 pub mod vectors;
 

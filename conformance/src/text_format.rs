@@ -309,7 +309,7 @@ pub fn process_context(m: &Message) -> Result<OwnedProcessContext, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::payload::same_values;
+    use crate::vectors::payload::same_values;
 
     const PRINTED: &str = r#"resource {
   attributes {

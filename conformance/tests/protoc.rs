@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use otel_ctx_conformance::payload::{self, PayloadExpected};
+use otel_ctx_conformance::vectors::payload::{self, PayloadExpected};
 use otel_ctx_conformance::{spec_vectors_dir, text_format, Outcome, Vector};
 
 const MESSAGE: &str = "opentelemetry.proto.processcontext.v1development.ProcessContext";

@@ -2,8 +2,8 @@
 //! the vector's `expected` value (or one of the values an `either` allows) or `error`
 //! kind. Every mismatch is reported, each naming its vector, before the test fails.
 
-use otel_ctx_conformance::vectors::check;
-use otel_ctx_conformance::{header, payload, record, Outcome, Vector};
+use otel_ctx_conformance::vectors::{check, header, payload, record};
+use otel_ctx_conformance::{Outcome, Vector};
 
 /// Runs `run_and_check` on every vector of `file`; fails with every mismatch at once.
 fn run_all<E>(

@@ -387,7 +387,11 @@ mod tests {
             "otel-ctx check: process 42 (app \"x\"), watched for 1.50s"
         );
         assert!(lines[1].starts_with("PASS  pc.found "), "{}", lines[1]);
-        assert!(lines[1].ends_with("  [OTEP 4719 §Read 1]"), "{}", lines[1]);
+        assert!(
+            lines[1].ends_with("  [OTEP 4719 §Reading Protocol 1]"),
+            "{}",
+            lines[1]
+        );
         assert!(lines[2].contains("3: readers require 2"), "{}", lines[2]);
         assert_eq!(lines[3], "2 rules: 1 PASS, 0 WARN, 1 FAIL, 0 SKIP");
     }

@@ -3,8 +3,8 @@
 //!
 //! Ids are stable: scripts may match on them. `pc.*` rules are about the process context
 //! (OTEP 4719), `tl.*` about the thread-context reference data it carries, and `tc.*`
-//! about the thread context itself (OTEP 4947). Sections are those of the project's
-//! one-page restatement of the two OTEPs, whose numbered steps follow the OTEP texts.
+//! about the thread context itself (OTEP 4947). References name the OTEPs' own sections,
+//! with the step number where an OTEP numbers the steps of a section.
 
 use std::fmt;
 
@@ -235,34 +235,42 @@ impl RuleId {
         }
     }
 
-    /// Where the rule comes from: OTEP number and section (with the step number where the
-    /// section lists steps).
+    /// Where the rule comes from: OTEP number and the heading of the OTEP's section (with
+    /// the step number where the OTEP numbers the section's steps).
     pub const fn reference(self) -> &'static str {
         match self {
-            Self::PcFound | Self::PcMappingName => "OTEP 4719 §Read 1",
-            Self::PcMappingSingle => "OTEP 4719 §Publish 1",
-            Self::PcMappingNotExecutable | Self::PcMappingPrivate => "OTEP 4719 §Publish 3",
-            Self::PcMappingDontfork => "OTEP 4719 §Publish 5",
-            Self::PcHeaderSignature | Self::PcHeaderVersion => "OTEP 4719 §Header, §Read 2",
-            Self::PcHeaderTimestamp => "OTEP 4719 §Header, §Publish 8",
-            Self::PcHeaderPayloadSize => "OTEP 4719 §Read (reader limits)",
-            Self::PcUpdateTimestampIncreases => "OTEP 4719 §Update 6",
-            Self::PcPayloadDecodes => "OTEP 4719 §Payload, §Read 6",
-            Self::PcResourceUniqueKeys | Self::PcResourceServiceName => "OTEP 4719 §Payload",
-            Self::TlKeysPlacement
-            | Self::TlSchemaVersion
-            | Self::TlKeyMapShape
-            | Self::TlKeyMapAppendOnly => "OTEP 4947 §Process-level reference data",
-            Self::TlKeyMapSchema => "OTEP 4947 §Process-level reference data, §Other runtimes",
+            Self::PcFound | Self::PcMappingName => "OTEP 4719 §Reading Protocol 1",
+            Self::PcMappingSingle => "OTEP 4719 §Publication Protocol 1",
+            Self::PcMappingNotExecutable | Self::PcMappingPrivate => {
+                "OTEP 4719 §Publication Protocol 3"
+            }
+            Self::PcMappingDontfork => "OTEP 4719 §Publication Protocol 5",
+            Self::PcHeaderSignature | Self::PcHeaderVersion => {
+                "OTEP 4719 §Header Structure, §Reading Protocol 2"
+            }
+            Self::PcHeaderTimestamp => "OTEP 4719 §Header Structure, §Publication Protocol 9",
+            Self::PcHeaderPayloadSize => "OTEP 4719 §Reading Protocol 5 (reader limits)",
+            Self::PcUpdateTimestampIncreases => "OTEP 4719 §Updating Protocol 6",
+            Self::PcPayloadDecodes => "OTEP 4719 §Payload Format, §Reading Protocol 8",
+            Self::PcResourceUniqueKeys | Self::PcResourceServiceName => {
+                "OTEP 4719 §Payload Format"
+            }
+            Self::TlKeysPlacement | Self::TlSchemaVersion | Self::TlKeyMapShape => {
+                "OTEP 4947 §Process Context: Thread-Local Reference Data"
+            }
+            Self::TlKeyMapAppendOnly => "OTEP 4947 §attribute_key_map dictionary semantics",
+            Self::TlKeyMapSchema => {
+                "OTEP 4947 §Process Context: Thread-Local Reference Data, §Alternative for Go support"
+            }
             Self::TlReferenceData | Self::TlReferenceDataSchema => {
-                "OTEP 4947 §Process-level reference data, §Reader protocol"
+                "OTEP 4947 §Process Context: Thread-Local Reference Data, §Reading Protocol 1.2"
             }
             Self::TcSymbolDynsym
             | Self::TcSymbolType
-            | Self::TcSymbolSize
             | Self::TcSymbolBinding
-            | Self::TcAccessModel => "OTEP 4947 §The TLS variable",
-            Self::TcRecordReadable => "OTEP 4947 §Writer protocol",
+            | Self::TcAccessModel => "OTEP 4947 §Thread-Local Variable Resolution",
+            Self::TcSymbolSize => "OTEP 4947 §Thread-Local Variable",
+            Self::TcRecordReadable => "OTEP 4947 §Publication Protocol 2",
             Self::TcRecordAligned
             | Self::TcRecordValid
             | Self::TcRecordSize
@@ -270,7 +278,7 @@ impl RuleId {
             | Self::TcAttrsKeyIndex
             | Self::TcAttrsUtf8
             | Self::TcRecordIds
-            | Self::TcRecordTraceFlags => "OTEP 4947 §The record",
+            | Self::TcRecordTraceFlags => "OTEP 4947 §Thread-Local Context Record",
         }
     }
 

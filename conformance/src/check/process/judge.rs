@@ -1,51 +1,26 @@
-//! The process-context rules (OTEP 4719) and the thread-context reference data it carries
-//! (OTEP 4947): finding the mapping, its permissions and flags, the header, the payload,
-//! and how updates behave over the observation window.
+//! The verdicts of this side: the mapping, the header, every consistent read, the payload
+//! and the thread-context reference data it carries, and the updates over the window.
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::fs::File;
-use std::os::unix::fs::MetadataExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use otel_ctx_codec::header::{
-    ProcessContextHeader, HEADER_SIZE, MAX_PAYLOAD_SIZE, SIGNATURE, VERSION,
-};
+use otel_ctx_codec::header::{MAX_PAYLOAD_SIZE, SIGNATURE, VERSION};
 use otel_ctx_codec::proto::{AnyValueView, Limits, ProcessContextView};
 use otel_ctx_codec::threadlocal::{
     KeyMapView, ATTRIBUTE_KEY_MAP_KEY, SCHEMA_GO_PPROF_LABELS_V1, SCHEMA_TLSDESC_V1_DEV,
     SCHEMA_TLS_V1, SCHEMA_VERSION_KEY,
 };
+use otel_ctx_reader::boottime_ns;
 
-use super::{plural, smaps, RuleId, Verdicts};
-use otel_ctx_reader::maps::{MappingName, MapsLine, MapsScanner};
-use otel_ctx_reader::memory::{live_thread, CopyError, ProcessMemory, ReadMethod};
-use otel_ctx_reader::seqlock::{read_consistent, PayloadCopy, SeqlockRead};
-use otel_ctx_reader::{boottime_ns, Error, ProcessMaps};
+use super::clock::clock_ticks_per_second;
+use super::discover::{Candidate, Naming, MAX_PROBED};
+use super::observe::{PayloadRead, Seen};
+use super::{Content, Presence, ProcessSide, TLS_SCHEMAS};
+use crate::check::{plural, RuleId, Status, Verdicts};
 
-/// Unnamed anonymous mappings probed for a header that starts with the signature, at
-/// most: each costs a copy out of the process.
-pub(super) const MAX_PROBED: usize = 4096;
-
-/// Mappings above which the `VmFlags` of the context mapping are not read: the kernel
-/// measures every mapping it prints in `/proc/<pid>/smaps` (a page-table walk each), so
-/// reading far into it costs seconds on a process with a million mappings.
-pub(super) const MAX_SMAPS_MAPPINGS: usize = 20_000;
-
-/// Reads of the header made on the first look: while the timestamp is 0 or changing, the
-/// checker retries for about 100 ms before it concludes.
-const FIRST_READ_ATTEMPTS: u32 = 50;
-/// Pause between those reads.
-const FIRST_READ_PAUSE: Duration = Duration::from_millis(2);
-/// Reads per poll while watching (a poll that finds the writer busy simply ends).
-const POLL_ATTEMPTS: u32 = 2;
 /// Names listed in full in an observation before it is cut short.
 const NAMES_SHOWN: usize = 8;
-
-/// The schemas whose thread contexts are the TLS records of OTEP 4947, found through
-/// `otel_thread_ctx_v1`; other schemas (`go_pprof_labels_v1`) tell readers to look
-/// elsewhere.
-pub(super) const TLS_SCHEMAS: [&str; 2] = [SCHEMA_TLSDESC_V1_DEV, SCHEMA_TLS_V1];
 
 /// The rules this side judges, in report order.
 const RULES: [RuleId; 19] = [
@@ -70,412 +45,10 @@ const RULES: [RuleId; 19] = [
     RuleId::TlKeyMapSchema,
 ];
 
-/// How a candidate mapping is named.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Naming {
-    /// One of the names readers match.
-    Exact(MappingName),
-    /// A name that mentions `OTEL_CTX` in some other spelling or form.
-    NearMiss,
-    /// Any other name, or none, but the mapping starts with the `OTEL_CTX` signature.
-    Other,
-}
-
-/// A mapping that may hold a process context.
-#[derive(Clone, Debug)]
-struct Candidate {
-    start: u64,
-    end: u64,
-    perms: [u8; 4],
-    name: String,
-    naming: Naming,
-    /// Its first 32 bytes, as they were when discovered; `None` if unreadable.
-    header: Option<ProcessContextHeader>,
-}
-
-impl Candidate {
-    fn signature_ok(&self) -> bool {
-        self.header.is_some_and(|h| h.signature == SIGNATURE)
-    }
-
-    fn is_exact(&self) -> bool {
-        matches!(self.naming, Naming::Exact(_))
-    }
-
-    fn perms(&self) -> String {
-        String::from_utf8_lossy(&self.perms).into_owned()
-    }
-
-    fn describe(&self) -> String {
-        let name = if self.name.is_empty() {
-            "an unnamed mapping".to_owned()
-        } else {
-            self.name.clone()
-        };
-        format!(
-            "{name} at {:#x} ({}, {} bytes)",
-            self.start,
-            self.perms(),
-            self.end.saturating_sub(self.start)
-        )
-    }
-}
-
-/// Whether a value was there, and usable.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Presence<T> {
-    /// Not in the payload.
-    Absent,
-    /// There, but of the wrong shape (a rule says why).
-    Invalid,
-    /// There and usable.
-    Valid(T),
-}
-
-/// What the latest decoded payload says about thread contexts.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Content {
-    /// `threadlocal.schema_version`.
-    pub schema: Presence<String>,
-    /// `threadlocal.attribute_key_map`.
-    pub key_map: Presence<Vec<String>>,
-}
-
-/// What the thread side needs to know of the process context.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Summary<'a> {
-    /// A mapping that may hold a process context was found.
-    pub found: bool,
-    /// The latest payload that decoded, if any did.
-    pub content: Option<&'a Content>,
-}
-
-/// The key map's length, as thread records are judged against it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum KeyMapLen {
-    /// The process context has a key map of this many names.
-    Known(usize),
-    /// The process context has no key map.
-    Absent,
-    /// The process context cannot be read or its key map is malformed.
-    Unknown,
-}
-
-/// The payload as one consistent read found it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum PayloadRead {
-    /// `payload_size` is 0 or over the bound: readers do not copy it.
-    OutOfRange,
-    /// The pointer and size name memory the process has not mapped.
-    Unmapped,
-    /// The bytes.
-    Bytes(Vec<u8>),
-}
-
-/// The outcome of a seqlock read of header and payload.
-enum ReadOutcome {
-    /// Header and payload, consistent with one another.
-    Consistent(ProcessContextHeader, PayloadRead),
-    /// `monotonic_published_at_ns` was 0 in every attempt.
-    Zero,
-    /// The timestamp changed during every attempt.
-    Unstable,
-    /// The mapping is gone.
-    Unmapped,
-}
-
-/// The last consistent read, to compare the next one with.
-#[derive(Debug)]
-struct Seen {
-    published_at: u64,
-    payload: u64,
-    payload_size: u32,
-    payload_read: PayloadRead,
-}
-
-/// The process-context half of a check.
-pub(super) struct ProcessSide {
-    pid: u32,
-    memory: ProcessMemory,
-    scanner: MapsScanner,
-    candidates: Vec<Candidate>,
-    primary: Option<Candidate>,
-    /// `VmFlags` of the primary mapping: `Ok(None)` when the kernel prints none.
-    vm_flags: Result<Option<Vec<String>>, String>,
-    /// When the process started, in `CLOCK_BOOTTIME` nanoseconds.
-    started_at_ns: Option<u64>,
-    /// The process is in another time namespace: its `CLOCK_BOOTTIME` differs from ours.
-    other_time_namespace: bool,
-    first_look: Option<Instant>,
-    zero_seen: bool,
-    unstable_seen: bool,
-    last: Option<Seen>,
-    updates: usize,
-    timestamp_violation: Option<String>,
-    content: Option<Content>,
-    key_map_before: Option<Vec<String>>,
-    key_map_first_len: Option<usize>,
-    key_map_growths: usize,
-    key_map_violation: Option<String>,
-    unpublished: bool,
-    /// Verdicts of the rules judged on every consistent read.
-    per_read: Verdicts,
-    /// Unnamed anonymous mappings past [`MAX_PROBED`], not probed.
-    unprobed: usize,
-    /// Lines of the last pass over the maps.
-    mappings: usize,
-}
-
 impl ProcessSide {
-    /// Prepares to check process `pid`; fails if it does not exist.
-    pub(super) fn open(pid: u32) -> Result<Self, Error> {
-        if otel_ctx_reader::memory::is_gone(pid) {
-            return Err(Error::gone(pid));
-        }
-        Ok(Self {
-            pid,
-            memory: ProcessMemory::new(pid, ReadMethod::Auto),
-            scanner: MapsScanner::new(),
-            candidates: Vec::new(),
-            primary: None,
-            vm_flags: Ok(None),
-            started_at_ns: None,
-            other_time_namespace: false,
-            first_look: None,
-            zero_seen: false,
-            unstable_seen: false,
-            last: None,
-            updates: 0,
-            timestamp_violation: None,
-            content: None,
-            key_map_before: None,
-            key_map_first_len: None,
-            key_map_growths: 0,
-            key_map_violation: None,
-            unpublished: false,
-            per_read: Verdicts::new(),
-            unprobed: 0,
-            mappings: 0,
-        })
-    }
-
-    /// Whether the process has any mapping that may hold a process context.
-    pub(super) fn has_candidates(&mut self) -> Result<bool, Error> {
-        Ok(!self.discover()?.is_empty())
-    }
-
-    /// Finds the candidate mappings and makes the first consistent read of the primary
-    /// one, retrying for about 100 ms while its timestamp is 0 or changing. Returns the
-    /// pass over the maps, for the thread side's modules.
-    pub(super) fn first_read(&mut self) -> Result<ProcessMaps, Error> {
-        let (candidates, maps) = self.discover_with_maps()?;
-        self.candidates = candidates;
-        self.primary = choose(&self.candidates).cloned();
-        let Some(primary) = self.primary.clone() else {
-            return Ok(maps);
-        };
-        self.started_at_ns = process_start_ns(self.pid);
-        self.other_time_namespace = other_time_namespace(self.pid);
-        self.first_look = Some(Instant::now());
-        for attempt in 0..FIRST_READ_ATTEMPTS {
-            if attempt > 0 {
-                std::thread::sleep(FIRST_READ_PAUSE);
-            }
-            match self.read_consistent(primary.start, 1)? {
-                ReadOutcome::Consistent(header, payload) => {
-                    self.observe(header, payload);
-                    break;
-                }
-                ReadOutcome::Zero => self.zero_seen = true,
-                ReadOutcome::Unstable => self.unstable_seen = true,
-                ReadOutcome::Unmapped => {
-                    self.republished()?;
-                    break;
-                }
-            }
-        }
-        Ok(maps)
-    }
-
-    /// Looks at the mappings again once the window is over, before judging them.
-    ///
-    /// A context is found as soon as its mapping exists, but the writer names it, writes
-    /// the header and calls `madvise(MADV_DONTFORK)` only afterwards: judging the name,
-    /// the header's identity or the flags from that first look would blame a publication
-    /// still in progress.
-    pub(super) fn finish(&mut self) -> Result<(), Error> {
-        let Some(start) = self.primary.as_ref().map(|p| p.start) else {
-            return Ok(());
-        };
-        // A first look that already saw the finished publication (the name readers look
-        // for, the signature, a consistent read) needs no second pass over the maps,
-        // which on a process with a million mappings costs as much as the first.
-        let settled = self
-            .primary
-            .as_ref()
-            .is_some_and(|p| p.is_exact() && p.signature_ok())
-            && self.last.is_some()
-            && !self.unpublished;
-        if settled {
-            self.vm_flags = self.vm_flags_of(start);
-            return Ok(());
-        }
-        let candidates = self.discover()?;
-        let refreshed = candidates
-            .iter()
-            .find(|c| c.start == start)
-            .or_else(|| choose(&candidates))
-            .cloned();
-        if let Some(primary) = refreshed {
-            self.vm_flags = self.vm_flags_of(primary.start);
-            self.primary = Some(primary);
-            self.candidates = candidates;
-        } else if let Some(primary) = &self.primary {
-            // Unpublished during the window: its flags can no longer be read.
-            self.vm_flags = Err(format!(
-                "the mapping at {:#x} was unmapped before its flags could be read",
-                primary.start
-            ));
-        }
-        Ok(())
-    }
-
-    /// One look at the header while watching: records updates and what they change.
-    pub(super) fn poll(&mut self) -> Result<(), Error> {
-        if self.unpublished {
-            return Ok(());
-        }
-        let Some(start) = self.primary.as_ref().map(|p| p.start) else {
-            return Ok(());
-        };
-        match self.read_consistent(start, POLL_ATTEMPTS)? {
-            ReadOutcome::Consistent(header, payload) => self.observe(header, payload),
-            ReadOutcome::Zero => self.zero_seen = true,
-            ReadOutcome::Unstable => self.unstable_seen = true,
-            ReadOutcome::Unmapped => self.republished()?,
-        }
-        Ok(())
-    }
-
-    /// The key map's length for judging thread records; `refresh` reads the process
-    /// context again first (a record may use a key added since the last read).
-    pub(super) fn key_map_len(&mut self, refresh: bool) -> KeyMapLen {
-        if refresh {
-            // A failed read leaves the last known key map; the watch reports the failure.
-            let _ = self.poll();
-        }
-        match self.content.as_ref().map(|c| &c.key_map) {
-            Some(Presence::Valid(names)) => KeyMapLen::Known(names.len()),
-            Some(Presence::Absent) => KeyMapLen::Absent,
-            Some(Presence::Invalid) | None => KeyMapLen::Unknown,
-        }
-    }
-
-    /// What the thread side needs to know.
-    pub(super) fn summary(&self) -> Summary<'_> {
-        Summary {
-            found: self.primary.is_some(),
-            content: self.content.as_ref(),
-        }
-    }
-
-    /// The mapping went away: the context was unpublished, or published again elsewhere.
-    fn republished(&mut self) -> Result<(), Error> {
-        let candidates = self.discover()?;
-        match choose(&candidates).filter(|c| c.signature_ok()) {
-            Some(next) => self.primary = Some(next.clone()),
-            None => self.unpublished = true,
-        }
-        Ok(())
-    }
-
-    /// The 32 bytes at `addr`; `None` when they are not mapped.
-    fn read_header(&mut self, addr: u64) -> Result<Option<ProcessContextHeader>, Error> {
-        let mut bytes = [0u8; HEADER_SIZE];
-        match self.memory.read_exact(addr, &mut bytes) {
-            // 32 bytes always make a header: every bit pattern is one.
-            Ok(()) => Ok(ProcessContextHeader::read(&bytes).ok()),
-            Err(CopyError::Unmapped) => Ok(None),
-            Err(e) => Err(Error::from_copy(self.pid, e, "the header")),
-        }
-    }
-
-    /// The seqlock read of OTEP 4719 §Read 3 to 5 ([`read_consistent`], the readers'
-    /// own), up to `attempts` times, without the identity checks of step 2 (the checker
-    /// judges headers readers would skip) and without trusting `payload_size` beyond
-    /// the bound readers apply.
-    fn read_consistent(&mut self, start: u64, attempts: u32) -> Result<ReadOutcome, Error> {
-        let mut all_zero = true;
-        for _ in 0..attempts {
-            let mut bytes = Vec::new();
-            let read = read_consistent(&self.memory, start, MAX_PAYLOAD_SIZE, None, &mut bytes)
-                .map_err(|e| Error::from_copy(self.pid, e, "the header or payload"))?;
-            match read {
-                SeqlockRead::Unmapped => return Ok(ReadOutcome::Unmapped),
-                SeqlockRead::Updating => {}
-                SeqlockRead::Consistent { header, payload } => {
-                    let payload = match payload {
-                        PayloadCopy::Copied => PayloadRead::Bytes(bytes),
-                        PayloadCopy::Unmapped => PayloadRead::Unmapped,
-                        _ => PayloadRead::OutOfRange,
-                    };
-                    return Ok(ReadOutcome::Consistent(header, payload));
-                }
-                // Changed under the read (`Unchanged` needs a `since`, which is not given).
-                _ => all_zero = false,
-            }
-        }
-        Ok(if all_zero {
-            ReadOutcome::Zero
-        } else {
-            ReadOutcome::Unstable
-        })
-    }
-
-    /// Takes one consistent read: compares it with the previous one and judges it.
-    fn observe(&mut self, header: ProcessContextHeader, payload: PayloadRead) {
-        let seen = Seen {
-            published_at: header.monotonic_published_at_ns,
-            payload: header.payload,
-            payload_size: header.payload_size,
-            payload_read: payload,
-        };
-        if let Some(last) = &self.last {
-            if seen.published_at == last.published_at {
-                if seen.payload == last.payload
-                    && seen.payload_size == last.payload_size
-                    && seen.payload_read == last.payload_read
-                {
-                    return;
-                }
-                self.timestamp_violation.get_or_insert_with(|| {
-                    format!(
-                        "the payload changed (payload {:#x} -> {:#x}, payload_size {} -> {}) while \
-                         monotonic_published_at_ns stayed {}: readers take the old payload as current",
-                        last.payload,
-                        seen.payload,
-                        last.payload_size,
-                        seen.payload_size,
-                        seen.published_at
-                    )
-                });
-            } else if seen.published_at < last.published_at {
-                self.timestamp_violation.get_or_insert_with(|| {
-                    format!(
-                        "went back from {} to {} on an update: readers treat a timestamp not \
-                         greater than the last seen as no update",
-                        last.published_at, seen.published_at
-                    )
-                });
-            }
-            self.updates += 1;
-        }
-        self.judge_read(&seen);
-        self.last = Some(seen);
-    }
-
-    /// The rules judged on every consistent read.
-    fn judge_read(&mut self, seen: &Seen) {
+    /// The rules judged on every consistent read; returns what a payload that decodes says
+    /// about thread contexts.
+    pub(super) fn judge_read(&mut self, seen: &Seen) -> Option<Content> {
         let v = &mut self.per_read;
         let (status, observed) = judge_timestamp(
             seen.published_at,
@@ -506,7 +79,7 @@ impl ProcessSide {
                     RuleId::PcPayloadDecodes,
                     format!("payload_size {size} is out of range: readers do not copy the payload"),
                 );
-                return;
+                return None;
             }
             PayloadRead::Unmapped => {
                 v.fail(
@@ -517,7 +90,7 @@ impl ProcessSide {
                         seen.payload
                     ),
                 );
-                return;
+                return None;
             }
             PayloadRead::Bytes(bytes) => bytes,
         };
@@ -528,7 +101,7 @@ impl ProcessSide {
                     RuleId::PcPayloadDecodes,
                     format!("{e} ({}): readers cannot use the context", e.kind()),
                 );
-                return;
+                return None;
             }
         };
         v.pass(
@@ -539,39 +112,11 @@ impl ProcessSide {
                 plural(view.attributes().count(), "extra attribute")
             ),
         );
-        let content = judge_content(&view, v);
-        self.track_key_map(&content.key_map);
-        self.content = Some(content);
-    }
-
-    /// Compares the key map with the one before it (OTEP 4947: append-only).
-    fn track_key_map(&mut self, key_map: &Presence<Vec<String>>) {
-        match key_map {
-            Presence::Valid(names) => {
-                self.key_map_first_len.get_or_insert(names.len());
-                if let Some(before) = &self.key_map_before {
-                    if names != before {
-                        match key_map_change(before, names) {
-                            Ok(()) => self.key_map_growths += 1,
-                            Err(problem) => {
-                                self.key_map_violation.get_or_insert(problem);
-                            }
-                        }
-                    }
-                }
-                self.key_map_before = Some(names.clone());
-            }
-            Presence::Absent if self.key_map_before.is_some() => {
-                self.key_map_violation.get_or_insert_with(|| {
-                    "an update removed threadlocal.attribute_key_map".to_owned()
-                });
-            }
-            Presence::Absent | Presence::Invalid => {}
-        }
+        Some(judge_content(&view, v))
     }
 
     /// Judges every rule of this side into `v`.
-    pub(super) fn judge(&mut self, v: &mut Verdicts, observe: Duration) {
+    pub(in crate::check) fn judge(&mut self, v: &mut Verdicts, observe: Duration) {
         let Some(primary) = self.primary.clone() else {
             v.fail(
                 RuleId::PcFound,
@@ -818,137 +363,6 @@ impl ProcessSide {
             }
         }
     }
-
-    /// The `VmFlags` of the mapping at `start`, unless the process has so many mappings
-    /// that reading its smaps would cost seconds.
-    fn vm_flags_of(&mut self, start: u64) -> Result<Option<Vec<String>>, String> {
-        if self.mappings > MAX_SMAPS_MAPPINGS {
-            return Err(format!(
-                "not read: the process has {} mappings, and /proc/<pid>/smaps measures each \
-                 one it prints (more than {MAX_SMAPS_MAPPINGS} cost seconds)",
-                self.mappings
-            ));
-        }
-        self.read_vm_flags(start)
-    }
-
-    fn read_vm_flags(&mut self, start: u64) -> Result<Option<Vec<String>>, String> {
-        // Through a live thread when the main thread has exited: the process's own smaps
-        // is then empty.
-        let path = match live_thread(self.pid) {
-            Some(tid) if tid != self.pid => format!("/proc/{}/task/{tid}/smaps", self.pid),
-            _ => format!("/proc/{}/smaps", self.pid),
-        };
-        let file = File::open(&path).map_err(|e| format!("cannot open {path}: {e}"))?;
-        smaps::vm_flags(&mut self.scanner, file, start)
-            .map_err(|e| format!("cannot read {path}: {e}"))
-    }
-
-    /// Every mapping that may hold a process context: the names readers match (even on
-    /// executable mappings, which readers skip), names that mention `OTEL_CTX` otherwise,
-    /// and anonymous or memfd mappings of any name that start with the signature.
-    fn discover(&mut self) -> Result<Vec<Candidate>, Error> {
-        self.discover_with_maps().map(|(candidates, _)| candidates)
-    }
-
-    /// [`discover`](Self::discover), and the rest of the same pass over the maps (the
-    /// modules the thread side analyses).
-    fn discover_with_maps(&mut self) -> Result<(Vec<Candidate>, ProcessMaps), Error> {
-        let pid = self.pid;
-        // Lines whose naming is `None` qualify only if they start with the signature.
-        let mut lines: Vec<(Candidate, Option<Naming>)> = Vec::new();
-        let mut hidden = 0usize;
-        let maps = self
-            .scanner
-            .process_maps_visiting(pid, |line| {
-                let naming = match naming_of(line.name) {
-                    Some(naming) => Some(naming),
-                    None if may_hold_hidden_context(line) => {
-                        // Each one costs a copy out of the process: a process with
-                        // hundreds of thousands of anonymous mappings has only the first
-                        // MAX_PROBED of them probed.
-                        hidden += 1;
-                        if hidden > MAX_PROBED {
-                            return;
-                        }
-                        None
-                    }
-                    None => return,
-                };
-                let candidate = Candidate {
-                    start: line.start,
-                    end: line.end,
-                    perms: line.perms,
-                    name: String::from_utf8_lossy(line.name).into_owned(),
-                    naming: Naming::Other,
-                    header: None,
-                };
-                lines.push((candidate, naming));
-            })
-            .map_err(|e| Error::from_io(pid, format!("read /proc/{pid}/maps"), e))?;
-        self.unprobed = hidden.saturating_sub(MAX_PROBED);
-        self.mappings = maps.lines;
-        let mut found = Vec::new();
-        for (mut candidate, naming) in lines {
-            if candidate.end.saturating_sub(candidate.start) >= HEADER_SIZE as u64 {
-                candidate.header = self.read_header(candidate.start)?;
-            }
-            match naming {
-                Some(naming) => candidate.naming = naming,
-                None if candidate.signature_ok() => {}
-                None => continue,
-            }
-            found.push(candidate);
-        }
-        Ok((found, maps))
-    }
-}
-
-/// The candidate a reader would use, or the checker's best guess when none would: an exact
-/// name first, then a good signature, then not executable, then file order.
-fn choose(candidates: &[Candidate]) -> Option<&Candidate> {
-    candidates
-        .iter()
-        .enumerate()
-        .min_by_key(|(i, c)| (!c.is_exact(), !c.signature_ok(), c.perms[2] == b'x', *i))
-        .map(|(_, c)| c)
-}
-
-/// How a maps name is named, if it names a context at all: [`Naming::Exact`] for every name
-/// that starts with one of the three names readers look for (OTEP 4719 reading step 1,
-/// so `/memfd:OTEL_CTX_v2 (deleted)` too, which only warns), [`Naming::NearMiss`] for
-/// other spellings, `None` otherwise.
-fn naming_of(name: &[u8]) -> Option<Naming> {
-    if let Some(name) = MappingName::parse(name) {
-        Some(Naming::Exact(name))
-    } else if mentions_otel_ctx(name) {
-        Some(Naming::NearMiss)
-    } else {
-        None
-    }
-}
-
-/// Whether a maps name is a memfd or anonymous-mapping name that mentions the context in
-/// another spelling (`otel_ctx`, `OTEL-CTX`, `[anon:OTEL_CTX2]`, ...). Paths of files are
-/// not: an executable may well be called `otel-ctx`.
-fn mentions_otel_ctx(name: &[u8]) -> bool {
-    if !(name.starts_with(b"/memfd:") || name.starts_with(b"[anon")) {
-        return false;
-    }
-    let lower = name.to_ascii_lowercase();
-    [&b"otel_ctx"[..], b"otel-ctx", b"otelctx"]
-        .iter()
-        .any(|needle| lower.windows(needle.len()).any(|w| w == *needle))
-}
-
-/// Whether a mapping may be an unnamed (or otherwise named) context: readable anonymous
-/// memory or a memfd, of at least a header's size. Files, the heap and stacks are not.
-fn may_hold_hidden_context(line: &MapsLine<'_>) -> bool {
-    let anonymous = line.name.is_empty()
-        || line.name.starts_with(b"[anon:")
-        || line.name.starts_with(b"[anon_shmem:")
-        || line.name.starts_with(b"/memfd:");
-    anonymous && line.perms[0] == b'r' && line.end.saturating_sub(line.start) >= HEADER_SIZE as u64
 }
 
 /// Judges `monotonic_published_at_ns` against `now` (`CLOCK_BOOTTIME`) and the process's
@@ -958,8 +372,7 @@ fn judge_timestamp(
     now: u64,
     started_at: Option<u64>,
     other_time_namespace: bool,
-) -> (super::Status, String) {
-    use super::Status;
+) -> (Status, String) {
     if other_time_namespace {
         return (
             Status::Pass,
@@ -1008,8 +421,7 @@ fn seconds(ns: u64) -> String {
 
 /// Judges the header's `version`. OTEP 4719 defines 2 and says "1 may be used for
 /// development": a 1 is allowed, but readers that check for 2 (reading step 2) skip it.
-fn judge_version(version: u32) -> (super::Status, String) {
-    use super::Status;
+fn judge_version(version: u32) -> (Status, String) {
     match version {
         VERSION => (Status::Pass, VERSION.to_string()),
         1 => (
@@ -1029,8 +441,7 @@ fn judge_version(version: u32) -> (super::Status, String) {
 /// Judges the sharing flag of the mapping's permissions (`p` or `s`). OTEP 4719's publish
 /// steps, which map the memfd `MAP_PRIVATE`, are a "should", and readers find and read a
 /// shared mapping just the same: a warning, not a failure.
-fn judge_private(perms: [u8; 4]) -> (super::Status, String) {
-    use super::Status;
+fn judge_private(perms: [u8; 4]) -> (Status, String) {
     let shown = String::from_utf8_lossy(&perms).into_owned();
     if perms[3] == b'p' {
         (Status::Pass, shown)
@@ -1205,8 +616,7 @@ fn judge_content(view: &ProcessContextView<'_>, v: &mut Verdicts) -> Content {
 fn judge_key_map_schema(
     schema: &Presence<String>,
     key_map: &Presence<Vec<String>>,
-) -> (super::Status, String) {
-    use super::Status;
+) -> (Status, String) {
     let names = match key_map {
         Presence::Valid(names) => names.len(),
         Presence::Absent => 0,
@@ -1268,7 +678,7 @@ fn a_type(type_name: &str) -> String {
 }
 
 /// `Ok` when `after` keeps every name of `before` at its index; otherwise what changed.
-fn key_map_change(before: &[String], after: &[String]) -> Result<(), String> {
+pub(super) fn key_map_change(before: &[String], after: &[String]) -> Result<(), String> {
     for (index, old) in before.iter().enumerate() {
         match after.get(index) {
             Some(new) if new == old => {}
@@ -1311,39 +721,11 @@ fn names_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
     out
 }
 
-/// When process `pid` started, in `CLOCK_BOOTTIME` nanoseconds (`/proc/<pid>/stat` field
-/// 22, in clock ticks).
-fn process_start_ns(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: fields resume after the
-    // last ')', with field 3.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let ticks: u64 = rest.split_whitespace().nth(22 - 3)?.parse().ok()?;
-    Some(ticks.saturating_mul(1_000_000_000 / clock_ticks_per_second()))
-}
-
-/// `sysconf(_SC_CLK_TCK)`: the unit of times in `/proc/<pid>/stat` (100 on Linux).
-fn clock_ticks_per_second() -> u64 {
-    rustix::param::clock_ticks_per_second().max(1)
-}
-
-/// Whether process `pid` is in another time namespace than this one (whose clocks may be
-/// offset). `false` when the kernel has no time namespaces.
-fn other_time_namespace(pid: u32) -> bool {
-    let inode = |path: String| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
-    match (
-        inode("/proc/self/ns/time".to_owned()),
-        inode(format!("/proc/{pid}/ns/time")),
-    ) {
-        (Some(ours), Some(theirs)) => ours != theirs,
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::Status;
+    use super::super::discover::naming_of;
     use super::*;
+    use otel_ctx_codec::header::ProcessContextHeader;
     use otel_ctx_codec::proto::{AnyValue, KeyValue, ProcessContext};
     use otel_ctx_codec::threadlocal::reference_data;
 
@@ -1388,26 +770,6 @@ mod tests {
             changed.contains("index 1 changed from \"b\" to \"c\""),
             "{changed}"
         );
-    }
-
-    #[test]
-    fn near_miss_names() {
-        assert!(mentions_otel_ctx(b"/memfd:otel_ctx (deleted)"));
-        assert!(mentions_otel_ctx(b"[anon:OTEL-CTX]"));
-        assert!(mentions_otel_ctx(b"[anon:OTEL_CTX2]"));
-        assert_eq!(
-            naming_of(b"[anon:OTEL_CTX2]"),
-            Some(Naming::NearMiss),
-            "not a prefix: the bracket differs"
-        );
-        assert!(matches!(
-            naming_of(b"/memfd:OTEL_CTX_2 (deleted)"),
-            Some(Naming::Exact(name)) if !name.exact
-        ));
-        assert!(!mentions_otel_ctx(b"/memfd:otel (deleted)"));
-        assert!(!mentions_otel_ctx(b""));
-        assert!(!mentions_otel_ctx(b"/usr/bin/otel-ctx"));
-        assert!(!mentions_otel_ctx(b"/tmp/OTEL_CTX"));
     }
 
     #[test]
@@ -1610,12 +972,5 @@ mod tests {
         }
         assert_eq!(judge(&reference_data("tls_v9", &keys)).0, Status::Skip);
         assert_eq!(judge(&[]).0, Status::Skip);
-    }
-
-    #[test]
-    fn process_start_is_before_now() {
-        let started = process_start_ns(std::process::id()).expect("own stat");
-        assert!(started > 0 && started <= boottime_ns(), "{started}");
-        assert!(!other_time_namespace(std::process::id()));
     }
 }

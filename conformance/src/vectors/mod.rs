@@ -1,9 +1,15 @@
-//! The envelope every vector shares, and the loader.
+//! The runner of the `spec-vectors/` files: the envelope every vector shares and the
+//! loader here, and one module per file ([`header`], [`payload`], [`record`]) with its
+//! `expected` shape and the function that runs one vector through the codec.
 //!
 //! A vector file is a JSON array of objects with `name`, `description`, `spec`, `hex`, the
 //! inputs its kind allows, and exactly one of `expected` or `error` (see
 //! `spec-vectors/README.md`). The loader refuses anything else, so a typo in a file is a
 //! clear error rather than a silently ignored field.
+
+pub mod header;
+pub mod payload;
+pub mod record;
 
 use std::collections::HashSet;
 use std::fmt;
