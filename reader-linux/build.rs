@@ -17,7 +17,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+    // A packaged crate carries no examples.
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux")
+        && std::path::Path::new("examples").is_dir()
+    {
         println!("cargo:rustc-link-arg-examples=-Wl,--export-dynamic-symbol=otel_thread_ctx_v1");
     }
     println!("cargo:rerun-if-changed=build.rs");

@@ -89,6 +89,10 @@ if grep -q "^libc v" <<<"$writer_tree"; then
 fi
 echo "dependency rules hold"
 
+step "the crates meant for crates.io package, and build from their tarballs"
+cargo package --workspace --allow-dirty --exclude otel-ctx-conformance-helpers \
+  --exclude otel-ctx-examples --exclude otel-ctx-ffi-bench 2>&1 | grep -v "^warning: ignoring"
+
 step "no_std codec and cross builds"
 cargo build -q -p otel-ctx-codec --target x86_64-unknown-none
 cargo build -q -p otel-ctx-codec --features alloc --target x86_64-unknown-none

@@ -36,8 +36,8 @@ fn inspect(path: &Path) -> Access {
     let object::SymbolFlags::Elf { st_info, .. } = symbol.flags() else {
         panic!("not an ELF symbol");
     };
-    assert_eq!(st_info.st_type(), elf::STT_TLS, "{SYMBOL} is STT_TLS");
-    assert_eq!(st_info.st_bind(), elf::STB_GLOBAL, "{SYMBOL} is GLOBAL");
+    assert_eq!(st_info & 0xf, elf::STT_TLS, "{SYMBOL} is STT_TLS");
+    assert_eq!(st_info >> 4, elf::STB_GLOBAL, "{SYMBOL} is GLOBAL");
     assert_eq!(symbol.size(), 8, "{SYMBOL} is 8 bytes");
     let section = file
         .section_by_index(symbol.section_index().expect("defined here"))

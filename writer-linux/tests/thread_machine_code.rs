@@ -41,9 +41,7 @@ fn object_file(target: &str) -> Vec<u8> {
 }
 
 /// The function's bytes and its relocations as `(offset in function, r_type, symbol)`.
-fn function_with_relocations(
-    data: &[u8],
-) -> (Vec<u8>, Vec<(u64, object::elf::RelocationType, String)>) {
+fn function_with_relocations(data: &[u8]) -> (Vec<u8>, Vec<(u64, u32, String)>) {
     let file = object::File::parse(data).expect("object file parses");
     let function = file
         .symbols()

@@ -114,10 +114,10 @@ extern "C" fn on_sigprof(_: libc::c_int) {
         return;
     }
     let mut copy = [0u8; MAX_RECORD_SIZE];
-    // SAFETY: the slot points at a live record of at least a header; the interrupted
-    // thread cannot free it while the handler runs. Volatile reads: the handler must read
-    // memory, not what the compiler believes it holds.
     for (i, b) in copy[..RECORD_HEADER_SIZE].iter_mut().enumerate() {
+        // SAFETY: the slot points at a live record of at least a header; the interrupted
+        // thread cannot free it while the handler runs. Volatile reads: the handler must
+        // read memory, not what the compiler believes it holds.
         *b = unsafe { record.add(i).read_volatile() };
     }
     let Ok(header) = RecordHeader::read(&copy) else {
@@ -129,8 +129,8 @@ extern "C" fn on_sigprof(_: libc::c_int) {
     }
     let size = header.record_size();
     let ok = if size <= MAX_RECORD_SIZE {
-        // SAFETY: as above; `attrs_data_size` stays within the record's capacity.
         for (i, b) in copy[RECORD_HEADER_SIZE..size].iter_mut().enumerate() {
+            // SAFETY: as above; `attrs_data_size` stays within the record's capacity.
             *b = unsafe { record.add(RECORD_HEADER_SIZE + i).read_volatile() };
         }
         consistent(&copy[..size])

@@ -18,12 +18,11 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// The `spec-vectors/` folder of this repository.
+/// The `spec-vectors/` folder: the repository's, or the copy a packaged crate carries.
 pub fn spec_vectors_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map_or_else(
-        || PathBuf::from("spec-vectors"),
-        |root| root.join("spec-vectors"),
-    )
+    // A symlink to the repository's `spec-vectors/` in a checkout; the files themselves
+    // in a packaged crate (cargo follows the link when it packages).
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("spec-vectors")
 }
 
 /// Inputs a vector may give besides its bytes; each kind allows some of them.

@@ -1,3 +1,6 @@
+//! A service traced with the OpenTelemetry SDK, set up as the README's "Rust, with the
+//! OpenTelemetry SDK" section says: the context observer and the provider's `Resource`.
+
 use std::time::{Duration, Instant};
 
 use opentelemetry::trace::{Span, TraceContextExt, Tracer, TracerProvider};

@@ -1,3 +1,7 @@
+//! A service traced with `tracing` alone, set up as the README's "Rust, with `tracing`"
+//! section says: the thread-context layer keeps each thread's record on its span, and
+//! publishes the process context.
+
 use std::time::{Duration, Instant};
 
 use tracing_subscriber::prelude::*;

@@ -181,8 +181,8 @@ impl RecordPtr {
     #[cfg(feature = "alloc")]
     pub(crate) unsafe fn free(self) {
         let capacity = self.capacity();
-        // SAFETY: the prefix of a live block.
         debug_assert_eq!(
+            // SAFETY: the prefix of a live block.
             unsafe { self.0.as_ptr().sub(PREFIX).add(ORIGIN_OFFSET).read() },
             ORIGIN_HEAP
         );

@@ -247,8 +247,8 @@ pub fn in_child(f: impl FnOnce() -> ChildResult) -> ChildResult {
         .read_to_string(&mut message)
         .expect("read the child's report");
     let mut status = 0;
-    // SAFETY: waits for the child forked above.
     assert_eq!(
+        // SAFETY: waits for the child forked above.
         unsafe { libc::waitpid(pid, &mut status, 0) },
         pid,
         "waitpid"

@@ -1,6 +1,6 @@
 //! Attach+detach and a 2-attribute in-place update, each called three ways in one binary:
 //!
-//! - `c`: from C. `benches/c/calls.c`, compiled by `build.rs` with the C compiler (outside
+//! - `c`: from C. `c/calls.c`, compiled by `build.rs` with the C compiler (outside
 //!   Rust's LTO, so nothing is inlined across), calls the library's exported
 //!   `otel_thread_ctx_*` functions; criterion calls the C function of one iteration.
 //! - `rust-ffi`: the same exported functions called from Rust, which LTO may inline: the
@@ -23,7 +23,7 @@ use otel_ctx_ffi::thread::{
 };
 use otel_ctx_writer::thread::{self, Key, ThreadContext};
 
-#[path = "../../writer-linux/benches/criterion_config.rs"]
+#[path = "../../../writer-linux/benches/criterion_config.rs"]
 mod criterion_config;
 
 // `otel_thread_ctx` is opaque to C (only pointers to it cross), so its Rust layout is
