@@ -103,12 +103,20 @@ impl EbpfOptions {
         self
     }
 
-    /// The ring buffer's size: room for about half a second of samples from a few
-    /// CPUs at 1000 Hz with the stack this sampler copies (a power of two, as the kernel
-    /// requires), from 1 MiB.
-    fn ring_size(&self) -> u32 {
+    /// The ring buffer's size: room for half a second of samples from `cpus` CPUs at
+    /// [`frequency_hz`](Self::frequency_hz), at least 64 samples, with the stack this
+    /// sampler copies; a power of two (the kernel requires one) from 1 MiB to 64 MiB. The
+    /// kernel allocates and pins all of it, and it counts in the reader's memory, so it
+    /// follows the rate rather than the worst case.
+    fn ring_size(&self, cpus: usize) -> u32 {
         let sample = wire::SAMPLE_SIZE + self.stack_size;
-        let wanted = (sample * 2048).clamp(1 << 20, 64 << 20);
+        let per_half_second = usize::try_from(self.frequency_hz)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(cpus.max(1))
+            / 2;
+        let wanted = sample
+            .saturating_mul(per_half_second.max(64))
+            .clamp(1 << 20, 64 << 20);
         wanted.next_power_of_two() as u32
     }
 }
@@ -318,7 +326,7 @@ impl EbpfSampler {
         let cpus = aya::util::nr_cpus().map_err(|(what, e)| {
             EbpfError::Setup(format!("cannot count the possible CPUs ({what}): {e}"))
         })?;
-        let ring_size = options.ring_size();
+        let ring_size = options.ring_size(cpus);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("scratch", u32::try_from(cpus).unwrap_or(u32::MAX))
             .map_max_entries("samples", ring_size)
@@ -611,6 +619,19 @@ mod tests {
         fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
             Some(&self.0)
         }
+    }
+
+    #[test]
+    fn the_ring_follows_the_rate() {
+        let stacks = EbpfOptions::default().with_stack_size(EBPF_MAX_STACK);
+        // 99 Hz on 2 CPUs: 99 samples of about 65 KiB, rounded up.
+        assert_eq!(stacks.ring_size(2), 8 << 20);
+        // Many CPUs at a high rate: the ceiling.
+        assert_eq!(stacks.with_frequency_hz(1000).ring_size(64), 64 << 20);
+        // No stacks: the floor.
+        assert_eq!(EbpfOptions::default().ring_size(2), 1 << 20);
+        // Never below 64 samples, nor zero CPUs.
+        assert_eq!(stacks.with_frequency_hz(1).ring_size(0), 8 << 20);
     }
 
     #[test]
