@@ -87,6 +87,16 @@ if grep -q "^libc v" <<<"$writer_tree"; then
   echo "otel-ctx-writer without default features depends on libc" >&2
   exit 1
 fi
+# No library source file over 800 lines before its tests (tests, benches, examples and
+# fuzz targets aside).
+long=$(git ls-files '*.rs' | grep -vE '/(tests|benches|examples|fuzz)/' | while read -r f; do
+  awk -v f="$f" '/^#\[cfg\(test\)\]/ { n = NR - 1; exit } { n = NR } END { if (n > 800) print n, f }' "$f"
+done)
+if [ -n "$long" ]; then
+  echo "source files over 800 lines before their tests:" >&2
+  echo "$long" >&2
+  exit 1
+fi
 echo "dependency rules hold"
 
 step "the crates meant for crates.io package, and build from their tarballs"
