@@ -320,6 +320,12 @@ impl OwnedProcessContext {
     /// attributes, counted as its decoder counts them, then the payload's size. Too deep is
     /// reported before too many attributes, and both before too large.
     pub fn check_limits(&self, limits: &Limits) -> Result<(), DecodeError> {
+        self.checked_len(limits).map(drop)
+    }
+
+    /// [`check_limits`](Self::check_limits), and the payload's exact size when it passes
+    /// ([`encoded_len`](Self::encoded_len)), from one walk of the context.
+    pub fn checked_len(&self, limits: &Limits) -> Result<usize, DecodeError> {
         check_context(&self.resource, &self.attributes, limits)
     }
 }

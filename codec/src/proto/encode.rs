@@ -2,7 +2,6 @@
 //! then the fields, into the caller's buffer.
 
 use micropb::size::{sizeof_len_record, sizeof_varint32, sizeof_varint64};
-use micropb::{PbEncoder, Tag};
 
 use super::wire::{
     AV_ARRAY, AV_BOOL, AV_BYTES, AV_DOUBLE, AV_INT, AV_KVLIST, AV_STRING, KV_KEY, KV_VALUE,
@@ -14,22 +13,28 @@ const fn tag_len(field: u32) -> usize {
     sizeof_varint32(field << 3)
 }
 
-const fn len_field(field: u32, len: usize) -> usize {
+pub(super) const fn len_field(field: u32, len: usize) -> usize {
     tag_len(field) + sizeof_len_record(len)
 }
 
 /// Size of a `KeyValue`'s body.
 fn key_value_len<K: EncodeKeyValue>(kv: &K) -> usize {
-    let key = if kv.key().is_empty() {
+    key_value_len_with(kv.key(), value_len(kv.value()))
+}
+
+/// Size of a `KeyValue`'s body with `key` and a value of `value_len` bytes (an empty key
+/// is omitted).
+pub(super) const fn key_value_len_with(key: &str, value_len: usize) -> usize {
+    let key = if key.is_empty() {
         0
     } else {
-        len_field(KV_KEY, kv.key().len())
+        len_field(KV_KEY, key.len())
     };
-    key + len_field(KV_VALUE, value_len(kv.value()))
+    key + len_field(KV_VALUE, value_len)
 }
 
 /// Size of an `AnyValue`'s body.
-fn value_len<V: EncodeValue>(v: &V) -> usize {
+pub(super) fn value_len<V: EncodeValue>(v: &V) -> usize {
     match v.value_ref() {
         ValueRef::Empty => 0,
         ValueRef::String(s) => len_field(AV_STRING, s.len()),
@@ -74,6 +79,12 @@ pub(crate) fn context_len<K: EncodeKeyValue>(resource: &[K], attributes: &[K]) -
 
 /// Encodes a `ProcessContext` payload into the start of `buf` and returns its size. The
 /// resource is always written, even when empty; an empty key is omitted, as proto3 does.
+///
+/// One pass computes the exact size; a second writes the fields from the end of that
+/// span toward its start, last field first, so that every nested message's length is the
+/// number of bytes just written when its tag and length go in front of it. Each value is
+/// visited once per pass, however deep it nests (a forward writer needs every nested
+/// length before the body, and computes each subtree's size again at every level).
 pub(crate) fn encode_context<K: EncodeKeyValue>(
     resource: &[K],
     attributes: &[K],
@@ -84,95 +95,143 @@ pub(crate) fn encode_context<K: EncodeKeyValue>(
     let Some(buf) = buf.get_mut(..needed) else {
         return Err(EncodeError::BufferTooSmall { needed, available });
     };
-    let mut out = Out {
-        enc: PbEncoder::new(buf),
-    };
+    let mut out = Backward { buf, at: needed };
     let written = (|| {
-        out.len_header(PC_RESOURCE, list_len(RESOURCE_ATTRIBUTES, resource))?;
-        for kv in resource {
-            out.key_value(RESOURCE_ATTRIBUTES, kv)?;
+        for kv in attributes.iter().rev() {
+            out.message(PC_ATTRIBUTES, |out| out.key_value(kv))?;
         }
-        for kv in attributes {
-            out.key_value(PC_ATTRIBUTES, kv)?;
-        }
-        Ok::<(), ()>(())
+        out.message(PC_RESOURCE, |out| {
+            for kv in resource.iter().rev() {
+                out.message(RESOURCE_ATTRIBUTES, |out| out.key_value(kv))?;
+            }
+            Ok(())
+        })
     })();
-    // The sizes computed above are exact, so the encoder neither runs out of room
-    // nor leaves bytes unwritten; say so loudly in tests if that ever changes.
-    debug_assert!(written.is_ok() && out.enc.as_writer().is_empty());
+    // The size computed above is exact, so the writer neither runs out of room nor
+    // leaves bytes unwritten; say so loudly in tests if that ever changes.
+    debug_assert!(written.is_ok() && out.at == 0);
     written.map_err(|()| EncodeError::BufferTooSmall { needed, available })?;
-    Ok(needed)
+    let start = out.at;
+    // Unreachable while the sizes are exact; keeps the payload at the buffer's start.
+    buf.copy_within(start.., 0);
+    Ok(needed - start)
 }
 
-struct Out<'b> {
-    enc: PbEncoder<&'b mut [u8]>,
+/// A writer that fills `buf[..at]` from its end toward its start.
+struct Backward<'b> {
+    buf: &'b mut [u8],
+    /// Where the bytes written so far begin.
+    at: usize,
 }
 
-impl Out<'_> {
-    fn len_header(&mut self, field: u32, len: usize) -> Result<(), ()> {
-        self.enc.encode_tag(Tag::from_parts(field, WIRE_LEN))?;
-        self.enc.encode_varint64(len as u64)
+impl Backward<'_> {
+    /// Puts `bytes` in front of what is written.
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) -> Result<(), ()> {
+        let start = self.at.checked_sub(bytes.len()).ok_or(())?;
+        self.buf[start..self.at].copy_from_slice(bytes);
+        self.at = start;
+        Ok(())
     }
 
-    fn key_value<K: EncodeKeyValue>(&mut self, field: u32, kv: &K) -> Result<(), ()> {
-        self.len_header(field, key_value_len(kv))?;
-        if !kv.key().is_empty() {
-            self.enc.encode_tag(Tag::from_parts(KV_KEY, WIRE_LEN))?;
-            self.enc.encode_string(kv.key())?;
+    #[inline]
+    fn byte(&mut self, b: u8) -> Result<(), ()> {
+        let start = self.at.checked_sub(1).ok_or(())?;
+        self.buf[start] = b;
+        self.at = start;
+        Ok(())
+    }
+
+    #[inline]
+    fn varint(&mut self, v: u64) -> Result<(), ()> {
+        if v < 0x80 {
+            return self.byte(v as u8);
         }
-        self.len_header(KV_VALUE, value_len(kv.value()))?;
-        self.any_value(kv.value())
+        let n = sizeof_varint64(v);
+        let start = self.at.checked_sub(n).ok_or(())?;
+        let mut rest = v;
+        for b in &mut self.buf[start..self.at] {
+            *b = (rest as u8) | 0x80;
+            rest >>= 7;
+        }
+        // The last byte has no continuation bit (n >= 2 here).
+        self.buf[self.at - 1] &= 0x7f;
+        self.at = start;
+        Ok(())
     }
 
+    /// Every field number here is below 16: a tag is one byte.
+    #[inline]
+    fn tag(&mut self, field: u32, wire_type: u8) -> Result<(), ()> {
+        debug_assert!(field < 16);
+        self.byte(((field << 3) as u8) | wire_type)
+    }
+
+    /// A length-delimited field whose body `body` writes (backward).
+    fn message(
+        &mut self,
+        field: u32,
+        body: impl FnOnce(&mut Self) -> Result<(), ()>,
+    ) -> Result<(), ()> {
+        let end = self.at;
+        body(self)?;
+        self.varint((end - self.at) as u64)?;
+        self.tag(field, WIRE_LEN)
+    }
+
+    /// A length-delimited field of `bytes`.
+    fn bytes_field(&mut self, field: u32, bytes: &[u8]) -> Result<(), ()> {
+        self.put(bytes)?;
+        self.varint(bytes.len() as u64)?;
+        self.tag(field, WIRE_LEN)
+    }
+
+    /// A `KeyValue`'s body: the key (omitted when empty), then the value.
+    fn key_value<K: EncodeKeyValue>(&mut self, kv: &K) -> Result<(), ()> {
+        self.message(KV_VALUE, |out| out.any_value(kv.value()))?;
+        if kv.key().is_empty() {
+            return Ok(());
+        }
+        self.bytes_field(KV_KEY, kv.key().as_bytes())
+    }
+
+    /// An `AnyValue`'s body.
     fn any_value<V: EncodeValue>(&mut self, v: &V) -> Result<(), ()> {
         match v.value_ref() {
             ValueRef::Empty => Ok(()),
-            ValueRef::String(s) => self.string(s),
+            ValueRef::String(s) => self.bytes_field(AV_STRING, s.as_bytes()),
             ValueRef::Bool(b) => {
-                self.enc.encode_tag(Tag::from_parts(AV_BOOL, WIRE_VARINT))?;
-                self.enc.encode_bool(b)
+                self.byte(u8::from(b))?;
+                self.tag(AV_BOOL, WIRE_VARINT)
             }
             ValueRef::Int(i) => {
-                self.enc.encode_tag(Tag::from_parts(AV_INT, WIRE_VARINT))?;
-                self.enc.encode_int64(i)
+                self.varint(i as u64)?;
+                self.tag(AV_INT, WIRE_VARINT)
             }
             ValueRef::Double(d) => {
-                self.enc.encode_tag(Tag::from_parts(AV_DOUBLE, WIRE_I64))?;
-                self.enc.encode_double(d)
+                self.put(&d.to_le_bytes())?;
+                self.tag(AV_DOUBLE, WIRE_I64)
             }
-            ValueRef::Bytes(b) => {
-                self.enc.encode_tag(Tag::from_parts(AV_BYTES, WIRE_LEN))?;
-                self.enc.encode_bytes(b)
-            }
-            ValueRef::Array(values) => {
-                self.len_header(AV_ARRAY, array_len(values))?;
-                for v in values {
-                    self.len_header(LIST_VALUES, value_len(v))?;
-                    self.any_value(v)?;
+            ValueRef::Bytes(b) => self.bytes_field(AV_BYTES, b),
+            ValueRef::Array(values) => self.message(AV_ARRAY, |out| {
+                for v in values.iter().rev() {
+                    out.message(LIST_VALUES, |out| out.any_value(v))?;
                 }
                 Ok(())
-            }
-            ValueRef::KvList(kvs) => {
-                self.len_header(AV_KVLIST, list_len(LIST_VALUES, kvs))?;
-                for kv in kvs {
-                    self.key_value(LIST_VALUES, kv)?;
+            }),
+            ValueRef::KvList(kvs) => self.message(AV_KVLIST, |out| {
+                for kv in kvs.iter().rev() {
+                    out.message(LIST_VALUES, |out| out.key_value(kv))?;
                 }
                 Ok(())
-            }
-            ValueRef::StringArray(strings) => {
-                self.len_header(AV_ARRAY, string_array_len(strings))?;
-                for s in strings {
-                    self.len_header(LIST_VALUES, len_field(AV_STRING, s.len()))?;
-                    self.string(s)?;
+            }),
+            ValueRef::StringArray(strings) => self.message(AV_ARRAY, |out| {
+                for s in strings.iter().rev() {
+                    out.message(LIST_VALUES, |out| out.bytes_field(AV_STRING, s.as_bytes()))?;
                 }
                 Ok(())
-            }
+            }),
         }
-    }
-
-    fn string(&mut self, s: &str) -> Result<(), ()> {
-        self.enc.encode_tag(Tag::from_parts(AV_STRING, WIRE_LEN))?;
-        self.enc.encode_string(s)
     }
 }
 
@@ -234,6 +293,7 @@ mod tests {
         };
         let mut buf = [0u8; 256];
         let n = ctx.encode(&mut buf).unwrap();
+        assert_eq!(ctx.checked_len(&Limits::default()), Ok(n));
         let view = ProcessContextView::decode(&buf[..n], &Limits::default()).unwrap();
         assert!(view.resource().eq(resource.iter().copied()));
         assert!(view.attributes().eq(extra.iter().copied()));

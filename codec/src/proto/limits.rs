@@ -6,7 +6,10 @@
 //!
 //! [`ProcessContextView::decode`]: super::ProcessContextView::decode
 
-use super::encode::context_len;
+use super::encode::{context_len, key_value_len_with, len_field, value_len};
+use super::wire::{
+    AV_ARRAY, AV_KVLIST, LIST_VALUES, PC_ATTRIBUTES, PC_RESOURCE, RESOURCE_ATTRIBUTES,
+};
 use super::{DecodeError, EncodeKeyValue, EncodeValue, ProcessContext, ValueRef};
 use crate::header::MAX_PAYLOAD_SIZE;
 
@@ -93,7 +96,7 @@ impl Budget {
 
 /// Checks a model (either one) as a reader's decoder checks its payload, with the rules of
 /// [`Budget`]: the depth of every value, the number of attributes, then the size of the
-/// encoded payload.
+/// encoded payload, which it returns (the same walk computes it).
 ///
 /// The decoder stops at the first bound it meets in wire order; a model is checked whole,
 /// so too deep is reported before too many, whatever their order in the context, and both
@@ -103,59 +106,71 @@ pub(crate) fn check_context<K: EncodeKeyValue>(
     resource: &[K],
     attributes: &[K],
     limits: &Limits,
-) -> Result<(), DecodeError> {
+) -> Result<usize, DecodeError> {
     let mut budget = Budget::new(*limits);
-    for kv in resource.iter().chain(attributes) {
-        check_key_value(kv, 1, &mut budget)?;
+    let mut resource_len = 0;
+    for kv in resource {
+        resource_len += len_field(RESOURCE_ATTRIBUTES, check_key_value(kv, 1, &mut budget)?);
+    }
+    let mut size = len_field(PC_RESOURCE, resource_len);
+    for kv in attributes {
+        size += len_field(PC_ATTRIBUTES, check_key_value(kv, 1, &mut budget)?);
     }
     budget.check_count()?;
-    budget.check_size(context_len(resource, attributes))
+    debug_assert_eq!(size, context_len(resource, attributes));
+    budget.check_size(size)?;
+    Ok(size)
 }
 
-/// A key-value pair counts, and its value is at `depth`.
+/// A key-value pair counts, and its value is at `depth`. The size of its body.
 fn check_key_value<K: EncodeKeyValue>(
     kv: &K,
     depth: usize,
     budget: &mut Budget,
-) -> Result<(), DecodeError> {
+) -> Result<usize, DecodeError> {
     budget.count(1);
-    check_value(kv.value(), depth, budget)
+    let value = check_value(kv.value(), depth, budget)?;
+    Ok(key_value_len_with(kv.key(), value))
 }
 
 /// A value at `depth`; the elements of an array or kvlist count, one level deeper. A string
-/// array's elements count as the elements of any array.
+/// array's elements count as the elements of any array. The size of its body.
 fn check_value<V: EncodeValue>(
     value: &V,
     depth: usize,
     budget: &mut Budget,
-) -> Result<(), DecodeError> {
+) -> Result<usize, DecodeError> {
     budget.check_depth(depth)?;
     match value.value_ref() {
         ValueRef::Array(values) => {
+            let mut body = 0;
             for value in values {
                 budget.count(1);
-                check_value(value, depth + 1, budget)?;
+                body += len_field(LIST_VALUES, check_value(value, depth + 1, budget)?);
             }
+            Ok(len_field(AV_ARRAY, body))
         }
         ValueRef::StringArray(strings) => {
             if !strings.is_empty() {
                 budget.check_depth(depth + 1)?;
             }
             budget.count(strings.len());
+            Ok(value_len(value))
         }
         ValueRef::KvList(entries) => {
+            let mut body = 0;
             for kv in entries {
-                check_key_value(kv, depth + 1, budget)?;
+                body += len_field(LIST_VALUES, check_key_value(kv, depth + 1, budget)?);
             }
+            Ok(len_field(AV_KVLIST, body))
         }
         ValueRef::Empty
         | ValueRef::String(_)
         | ValueRef::Bool(_)
         | ValueRef::Int(_)
         | ValueRef::Double(_)
-        | ValueRef::Bytes(_) => {}
+        | ValueRef::Bytes(_) => Ok(value_len(value)),
     }
-    Ok(())
 }
 
 impl ProcessContext<'_> {
@@ -166,6 +181,12 @@ impl ProcessContext<'_> {
     /// Too deep is reported before too many attributes, whatever their order in the
     /// context (a decoder reports whichever it meets first), and both before too large.
     pub fn check_limits(&self, limits: &Limits) -> Result<(), DecodeError> {
+        self.checked_len(limits).map(drop)
+    }
+
+    /// [`check_limits`](Self::check_limits), and the payload's exact size when it passes
+    /// ([`encoded_len`](Self::encoded_len)), from one walk of the context.
+    pub fn checked_len(&self, limits: &Limits) -> Result<usize, DecodeError> {
         check_context(self.resource, self.attributes, limits)
     }
 }

@@ -73,8 +73,8 @@ pub(crate) fn encode_payload(resource: Resource, attributes: Attributes) -> Resu
 
 #[cfg(feature = "alloc")]
 fn encode_context(context: &OwnedProcessContext) -> Result<Box<[u8]>, Error> {
-    context.check_limits(&Limits::default()).map_err(refused)?;
-    let mut payload = vec![0u8; context.encoded_len()].into_boxed_slice();
+    let size = context.checked_len(&Limits::default()).map_err(refused)?;
+    let mut payload = vec![0u8; size].into_boxed_slice();
     context.encode(&mut payload)?;
     Ok(payload)
 }
