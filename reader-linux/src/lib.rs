@@ -26,7 +26,7 @@
 //!   [`ThreadReader::sample_into`] and [`ThreadReader::sample_with_stack_into`] (the user
 //!   registers and the top of the stack too, for a profiler to unwind) allocate nothing.
 //! - `EbpfSampler` (feature `ebpf`): the same samples taken by a BPF program at CPU-clock
-//!   ticks, without stopping threads.
+//!   ticks, without stopping threads, of one process or of many with one program.
 //! - [`ProcessMaps`]: one pass over `/proc/<pid>/maps` (the context's mapping and the mapped
 //!   files), shared by the readers; [`files`] opens the mapped files as hostile input.
 //! - The errors, each with a message that says what to do: [`Error`], [`ThreadError`],

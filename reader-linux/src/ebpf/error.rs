@@ -5,8 +5,8 @@ use std::io;
 
 use super::BTF_PATH;
 
-/// Why the eBPF sampler cannot run. The ptrace reader ([`ThreadReader`]) still works in
-/// every one of these cases.
+/// Why the eBPF sampler cannot run. The ptrace reader
+/// ([`ThreadReader`](crate::ThreadReader)) still works in every one of these cases.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum EbpfError {

@@ -3,15 +3,18 @@
 //!
 //! A CPU-clock perf event ticks at N Hz on every CPU; on each tick a BPF program
 //! (`bpf/sampler.bpf.c`, built by clang in `build.rs`) checks whether the interrupted
-//! task belongs to the target process, reads its thread pointer from the kernel's task
-//! structure (BTF / CO-RE: `thread.fsbase` on x86_64, `thread.uw.tp_value` on aarch64),
-//! finds the `otel_thread_ctx_v1` slot with the parameters computed here from the
+//! task belongs to one of the followed processes (a hash map by process id, at most
+//! [`EBPF_MAX_PROCESSES`]: one program and one perf event per CPU serve them all),
+//! reads its thread pointer from the kernel's task structure (BTF / CO-RE:
+//! `thread.fsbase` on x86_64, `thread.uw.tp_value` on aarch64), finds the
+//! `otel_thread_ctx_v1` slot with the parameters computed here from that process's
 //! [`ThreadReader`]'s [`Resolution`] (an offset from the thread pointer, or the glibc or
 //! musl DTV walk with the same bounds checks as [`Resolution::slot_address`]), and copies
 //! the record (28-byte header and attrs-data, at most [`EBPF_MAX_RECORD_SIZE`] bytes) into
-//! a ring buffer. User space decodes the samples into the reader's own types and names
-//! the attributes with the key map ([`ThreadReader::name_record`]), as the ptrace path
-//! does.
+//! a ring buffer with the process and thread ids. User space decodes the samples into
+//! the reader's own types and names the attributes with the key map of the sample's
+//! process ([`ThreadReader::name_record`], the reader found by [`EbpfReaders`]), as the
+//! ptrace path does.
 //!
 //! A thread is sampled only while it runs on a CPU: a thread blocked for the whole
 //! interval yields no sample, which is what a CPU profiler wants. The program is loaded
