@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0 OR GPL-2.0-only
 /*
  * The thread-context sampler: a BPF program run on every tick of a CPU-clock perf event
- * (one event per CPU). When the interrupted task belongs to the target process, it finds
- * the task's `otel_thread_ctx_v1` slot with the parameters user space computed from the
- * reader's `Resolution`, follows the slot to the record, and sends the thread id, the
- * outcome, the 28-byte header and the attrs-data to user space through a ring buffer;
+ * (one event per CPU). When the interrupted task belongs to one of the target processes
+ * (the `targets` map, keyed by process id), it finds the task's `otel_thread_ctx_v1` slot
+ * with the parameters user space computed from that process's reader's `Resolution`,
+ * follows the slot to the record, and sends the process and thread ids, the outcome, the 28-byte header and the attrs-data to user space through a ring buffer;
  * when configured to, also the thread's user registers (instruction, stack and frame
  * pointers; the link register on aarch64), a copy of the top of its user stack, and the
  * kernel stack, for a profiler to unwind.
@@ -14,8 +14,8 @@
  *
  * Built by clang (`-target bpf -O2 -g`); the thread pointer is read through BTF / CO-RE
  * relocations on the minimal kernel structures below, so no vmlinux.h is needed. The
- * layout of `struct ctx_config` and `struct ctx_sample` is mirrored by
- * `reader-linux/src/ebpf/wire.rs`.
+ * layout of `struct ctx_config`, `struct ctx_target` and `struct ctx_sample` is mirrored
+ * by `reader-linux/src/ebpf/wire.rs`.
  */
 
 typedef unsigned char __u8;
@@ -34,6 +34,7 @@ typedef __u32 __wsum;
 #include <bpf/bpf_core_read.h>
 
 /* Map types and flags of the kernel's UAPI (stable numbers). */
+#define MAP_TYPE_HASH 1
 #define MAP_TYPE_ARRAY 2
 #define MAP_TYPE_PERCPU_ARRAY 6
 #define MAP_TYPE_RINGBUF 27
@@ -99,7 +100,7 @@ struct pt_regs {
 #define STATE_MISALIGNED 4   /* the slot points at an odd address */
 #define STATE_TOO_LARGE 5    /* a valid record larger than the limit */
 #define STATE_FAULT 6        /* memory could not be read; `fault_what` says which */
-#define STATE_NO_CONFIG 7    /* user space has not configured the program */
+#define STATE_NO_CONFIG 7    /* user space has not configured the process */
 
 /* Which read faulted (`fault_what`). */
 #define FAULT_DTV_POINTER 1
@@ -110,9 +111,20 @@ struct pt_regs {
 #define FAULT_ATTRS 6
 #define FAULT_THREAD_POINTER 7
 
-/* Written by user space; one entry. All words are u64 so the layout has no padding. */
+/* The most processes sampled at once (`EBPF_MAX_PROCESSES`); user space may set fewer
+ * before loading. */
+#define MAX_PROCESSES 1024
+
+/* Written by user space: what applies to every process; one entry. All words are u64 so
+ * the layout has no padding. */
 struct ctx_config {
-    __u64 tgid;        /* the target process; 0 samples nothing */
+    __u64 stack_size;  /* bytes of user stack to copy (0: no registers, no stack) */
+    __u64 kernel_stack; /* 1: the kernel stack too */
+    __u64 wakeup_bytes; /* wake user space once this much is waiting in the ring */
+};
+
+/* Written by user space: one target process, the value of its `targets` entry. */
+struct ctx_target {
     __u64 mode;        /* MODE_* */
     __s64 tp_offset;   /* MODE_TP_OFFSET: slot = tp + tp_offset; MODE_DTV: dtv pointer at tp + tp_offset */
     __u64 module_id;   /* MODE_DTV: the module's DTV index */
@@ -121,25 +133,23 @@ struct ctx_config {
     __s64 bound_at;    /* MODE_DTV: the DTV length word at dtv + bound_at (glibc -16, musl 0) */
     __u64 generation;  /* copied into each sample: which configuration computed it */
     __u64 max_attrs;   /* largest attrs-data sent; records beyond are STATE_TOO_LARGE */
-    __u64 stack_size;  /* bytes of user stack to copy (0: no registers, no stack) */
-    __u64 kernel_stack; /* 1: the kernel stack too */
-    __u64 wakeup_bytes; /* wake user space once this much is waiting in the ring */
 };
 
 /* Sent to user space. Field order keeps every field naturally aligned. */
 struct ctx_sample {
     __u32 tid;
+    __u32 pid;         /* the thread's process (its thread group id) */
     __u32 state;
+    __u32 fault_what;  /* STATE_FAULT: FAULT_* */
     __u64 generation;
     __u64 thread_pointer;
     __u64 slot;        /* 0 when there is no slot (STATE_NO_TLS_BLOCK) */
     __u64 record;      /* the slot's value */
     __u64 fault_addr;  /* STATE_FAULT: the address that could not be read */
-    __u32 fault_what;  /* STATE_FAULT: FAULT_* */
     __u16 attrs_len;   /* bytes of attrs-data that follow the header */
     __u8 header[HEADER_SIZE];
     __u8 attrs[MAX_ATTRS];
-    __u8 pad[2];
+    __u8 pad[6];
     __u64 regs[4];     /* ip, sp, fp, lr (0 on x86_64); all 0 without a stack */
     __u32 stack_len;   /* bytes of `stack` that follow, copied from regs[1] up */
     __u16 kstack_len;  /* kernel frames in `kstack` */
@@ -149,16 +159,21 @@ struct ctx_sample {
 };
 
 /* The offsets `src/ebpf/wire.rs` reads. */
-_Static_assert(sizeof(struct ctx_config) == 12 * 8, "ctx_config is 12 words");
-_Static_assert(__builtin_offsetof(struct ctx_sample, fault_what) == 48, "ctx_sample layout");
-_Static_assert(__builtin_offsetof(struct ctx_sample, attrs_len) == 52, "ctx_sample layout");
-_Static_assert(__builtin_offsetof(struct ctx_sample, header) == 54, "ctx_sample layout");
-_Static_assert(__builtin_offsetof(struct ctx_sample, attrs) == 82, "ctx_sample layout");
-_Static_assert(__builtin_offsetof(struct ctx_sample, regs) == 696, "ctx_sample layout");
-_Static_assert(__builtin_offsetof(struct ctx_sample, stack_len) == 728, "ctx_sample layout");
-_Static_assert(__builtin_offsetof(struct ctx_sample, kstack_len) == 732, "ctx_sample layout");
-_Static_assert(__builtin_offsetof(struct ctx_sample, kstack) == 736, "ctx_sample layout");
-_Static_assert(__builtin_offsetof(struct ctx_sample, stack) == 992, "ctx_sample layout");
+_Static_assert(sizeof(struct ctx_config) == 3 * 8, "ctx_config is 3 words");
+_Static_assert(sizeof(struct ctx_target) == 8 * 8, "ctx_target is 8 words");
+_Static_assert(__builtin_offsetof(struct ctx_sample, pid) == 4, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, state) == 8, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, fault_what) == 12, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, generation) == 16, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, fault_addr) == 48, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, attrs_len) == 56, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, header) == 58, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, attrs) == 86, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, regs) == 704, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, stack_len) == 736, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, kstack_len) == 740, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, kstack) == 744, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, stack) == 1000, "ctx_sample layout");
 
 struct {
     __uint(type, MAP_TYPE_ARRAY);
@@ -167,7 +182,15 @@ struct {
     __type(value, struct ctx_config);
 } config SEC(".maps");
 
-/* Counters per CPU: 0 = ticks that interrupted the target, 1 = samples lost because the
+/* The processes sampled, by process id (thread group id). */
+struct {
+    __uint(type, MAP_TYPE_HASH);
+    __uint(max_entries, MAX_PROCESSES);
+    __type(key, __u32);
+    __type(value, struct ctx_target);
+} targets SEC(".maps");
+
+/* Counters per CPU: 0 = ticks that interrupted a target, 1 = samples lost because the
  * ring buffer was full. */
 struct {
     __uint(type, MAP_TYPE_PERCPU_ARRAY);
@@ -213,8 +236,8 @@ static __always_inline void fault(struct ctx_sample *s, __u32 what, __u64 addr) 
     s->fault_addr = addr;
 }
 
-/* Fills `s` from the current task, which belongs to the target. */
-static __always_inline void sample_task(struct ctx_sample *s, const struct ctx_config *c) {
+/* Fills `s` from the current task, which belongs to the target `c` describes. */
+static __always_inline void sample_task(struct ctx_sample *s, const struct ctx_target *c) {
     struct task_struct *task = (struct task_struct *)bpf_get_current_task();
     __u64 tp = 0;
 #if defined(OTEL_CTX_ARCH_X86_64)
@@ -351,10 +374,12 @@ SEC("perf_event")
 int sample_thread_context(void *ctx) {
     __u32 zero = 0;
     const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
-    if (!c || c->tgid == 0)
+    if (!c)
         return 0;
     __u64 pid_tgid = bpf_get_current_pid_tgid();
-    if ((pid_tgid >> 32) != c->tgid)
+    __u32 tgid = (__u32)(pid_tgid >> 32);
+    const struct ctx_target *t = bpf_map_lookup_elem(&targets, &tgid);
+    if (!t)
         return 0;
     count(0);
 
@@ -365,8 +390,9 @@ int sample_thread_context(void *ctx) {
     /* The scratch entry holds the last sample of this CPU: clear the fixed part (the
      * attrs and stack bytes past their lengths are never sent or read). */
     s->tid = (__u32)pid_tgid;
+    s->pid = tgid;
     s->state = STATE_NO_TLS_BLOCK;
-    s->generation = c->generation;
+    s->generation = t->generation;
     s->thread_pointer = 0;
     s->slot = 0;
     s->record = 0;
@@ -378,7 +404,7 @@ int sample_thread_context(void *ctx) {
     s->stack_len = 0;
     s->kstack_len = 0;
     s->pad2 = 0;
-    sample_task(s, c);
+    sample_task(s, t);
     if (c->stack_size)
         sample_stack(s, c->stack_size);
     if (c->kernel_stack) {

@@ -3,7 +3,8 @@
 //! attaches nothing, and all four spin on the CPU (a CPU-clock tick samples only running
 //! threads). Each thread prints `thread <tid> tp=<hex> slot=<hex> record=<hex>` (the lines
 //! of the C fixtures), then the program prints `ready` and runs until its standard input
-//! closes.
+//! closes. With the argument `--reversed-keys` it registers the same keys in the other
+//! order: the same attributes under other key indices (another key map).
 
 use std::hint::black_box;
 use std::io::{Read, Write};
@@ -35,8 +36,13 @@ fn main() {
         .build()
         .expect("build the resource");
     global::publish(resource).expect("publish the process context");
-    let [route, method] =
-        register_all(["http.route", "http.request.method"]).expect("register the keys");
+    let [route, method] = if std::env::args().any(|a| a == "--reversed-keys") {
+        let [method, route] =
+            register_all(["http.request.method", "http.route"]).expect("register the keys");
+        [route, method]
+    } else {
+        register_all(["http.route", "http.request.method"]).expect("register the keys")
+    };
     let out = Arc::new(Mutex::new(std::io::stdout()));
     let barrier = Arc::new(Barrier::new(5));
     for n in 0u8..4 {

@@ -26,7 +26,7 @@
 //!   [`ThreadReader::sample_into`] and [`ThreadReader::sample_with_stack_into`] (the user
 //!   registers and the top of the stack too, for a profiler to unwind) allocate nothing.
 //! - `EbpfSampler` (feature `ebpf`): the same samples taken by a BPF program at CPU-clock
-//!   ticks, without stopping threads.
+//!   ticks, without stopping threads, of one process or of many with one program.
 //! - [`ProcessMaps`]: one pass over `/proc/<pid>/maps` (the context's mapping and the mapped
 //!   files), shared by the readers; [`files`] opens the mapped files as hostile input.
 //! - The errors, each with a message that says what to do: [`Error`], [`ThreadError`],
@@ -57,8 +57,9 @@ pub mod tls;
 pub use denied::{diagnose, Refuser};
 #[cfg(feature = "ebpf")]
 pub use ebpf::{
-    EbpfCounters, EbpfError, EbpfOptions, EbpfSample, EbpfSampler, EbpfStack, EBPF_MAX_ATTRS,
-    EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_RECORD_SIZE, EBPF_MAX_STACK,
+    EbpfCounters, EbpfError, EbpfOptions, EbpfReaders, EbpfSample, EbpfSampler, EbpfStack,
+    EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_PROCESSES, EBPF_MAX_RECORD_SIZE,
+    EBPF_MAX_STACK,
 };
 pub use error::{Error, Malformed};
 pub use maps::{FileRange, MappedFile, ProcessMaps};

@@ -345,3 +345,279 @@ fn stacks_and_registers_with_each_sample() {
     assert!(samples >= 20, "{samples} samples of the busy threads");
     println!("{samples} samples, {with_kernel_frames} with kernel frames");
 }
+
+/// The Rust writer's fixture, built next to the test binaries' directory.
+fn busy_fixture() -> std::path::PathBuf {
+    std::env::current_exe()
+        .expect("test binary path")
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("examples/ebpf_busy_fixture")
+}
+
+/// A reader of `target` that names attributes with its key map.
+fn named_reader(target: &Target) -> ThreadReader {
+    let options = ThreadReaderOptions::default().with_require_known_schema(true);
+    ThreadReader::with_options(target.child.id(), options).expect("a thread reader")
+}
+
+/// Samples for `window` with one sampler of many processes; every sample per process
+/// and thread, named with the reader of the sample's process.
+fn sample_many(
+    sampler: &mut EbpfSampler,
+    readers: &mut HashMap<u32, ThreadReader>,
+    window: Duration,
+) -> HashMap<(u32, u32), Vec<Option<Context>>> {
+    let mut seen: HashMap<(u32, u32), Vec<Option<Context>>> = HashMap::new();
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        sampler.wait(Duration::from_millis(20)).expect("wait");
+        while let Some((stack, context)) = sampler.next_stack_sample(readers) {
+            let (pid, tid) = (stack.pid, stack.tid);
+            let context = context
+                .unwrap_or_else(|e| panic!("sample of thread {tid} of {pid}: {e}"))
+                .map(|c| Context {
+                    record_address: c.record_address,
+                    header: c.header,
+                    attrs_data: c.attrs_data.to_vec(),
+                    attributes: c
+                        .attributes()
+                        .map(|(k, v)| (k.to_owned(), String::from_utf8_lossy(v).into_owned()))
+                        .collect(),
+                });
+            seen.entry((pid, tid)).or_default().push(context);
+        }
+    }
+    seen
+}
+
+/// What ptrace reads of every printed thread of `target`, by process and thread.
+fn ptrace_contexts(
+    target: &Target,
+    reader: &mut ThreadReader,
+    into: &mut HashMap<(u32, u32), Option<Context>>,
+) {
+    let pid = target.child.id();
+    for t in &target.threads {
+        let context = reader
+            .read_thread(t.tid)
+            .unwrap_or_else(|e| panic!("ptrace read of {} in {pid}: {e}", t.tid));
+        into.insert((pid, t.tid), context.as_ref().map(Context::from));
+    }
+}
+
+/// Every printed thread of `target` was sampled under its own process id, and each
+/// sample is what ptrace reads of it.
+fn check_sampled(
+    target: &Target,
+    seen: &HashMap<(u32, u32), Vec<Option<Context>>>,
+    expected: &HashMap<(u32, u32), Option<Context>>,
+    what: &str,
+) {
+    let pid = target.child.id();
+    for t in &target.threads {
+        let samples = seen.get(&(pid, t.tid)).map_or(&[][..], Vec::as_slice);
+        assert!(
+            !samples.is_empty(),
+            "{what}: no sample of thread {} of {pid} (sampled: {:?})",
+            t.tid,
+            seen.iter().map(|(k, v)| (k, v.len())).collect::<Vec<_>>()
+        );
+        for s in samples {
+            assert_eq!(
+                s,
+                &expected[&(pid, t.tid)],
+                "{what}: thread {} of {pid}",
+                t.tid
+            );
+        }
+    }
+}
+
+#[test]
+fn one_sampler_many_processes() {
+    let exe = busy_fixture();
+    // The second registers its keys in the other order: the same attributes under other
+    // key indices, which only its own key map names right.
+    let a = start(&exe, &[], &[]);
+    let b = start(&exe, &["--reversed-keys"], &[]);
+    let c = start(&exe, &[], &[]);
+    let (pa, pb, pc) = (a.child.id(), b.child.id(), c.child.id());
+    let mut readers: HashMap<u32, ThreadReader> = [&a, &b, &c]
+        .into_iter()
+        .map(|t| (t.child.id(), named_reader(t)))
+        .collect();
+    let mut expected = HashMap::new();
+    for t in [&a, &b, &c] {
+        ptrace_contexts(t, readers.get_mut(&t.child.id()).unwrap(), &mut expected);
+    }
+    // The encoded attributes and, sorted, the named ones of each context of `pid`.
+    type Attributes = Vec<(String, String)>;
+    let attrs_of = |pid: u32| -> (Vec<Vec<u8>>, Vec<Attributes>) {
+        let mut contexts: Vec<&Context> = expected
+            .iter()
+            .filter(|((p, _), _)| *p == pid)
+            .filter_map(|(_, c)| c.as_ref())
+            .collect();
+        contexts.sort_by_key(|c| c.header.trace_id);
+        (
+            contexts.iter().map(|c| c.attrs_data.clone()).collect(),
+            contexts
+                .iter()
+                .map(|c| {
+                    let mut names = c.attributes.clone();
+                    names.sort();
+                    names
+                })
+                .collect(),
+        )
+    };
+    let ((data_a, names_a), (data_b, names_b)) = (attrs_of(pa), attrs_of(pb));
+    assert_eq!(names_a, names_b, "the fixtures attach the same attributes");
+    assert!(
+        data_a.iter().all(|d| !data_b.contains(d)),
+        "the key maps differ, so the encoded attributes do: {data_a:?} {data_b:?}"
+    );
+
+    let mut sampler =
+        EbpfSampler::new(EbpfOptions::default().with_frequency_hz(999)).expect("the eBPF sampler");
+    assert_eq!(sampler.pids().count(), 0);
+    assert_eq!(sampler.pid(), 0);
+    assert!(sampler.next_sample().is_none());
+    sampler.add_process(&readers[&pa]).expect("add a");
+    sampler.add_process(&readers[&pb]).expect("add b");
+    assert_eq!(sampler.pids().collect::<Vec<_>>(), [pa, pb]);
+    assert_eq!(sampler.pid(), pa);
+    assert_eq!(
+        sampler.process_resolution(pb),
+        Some(readers[&pb].resolution())
+    );
+    assert!(sampler.process_resolution(pc).is_none());
+
+    // Raw samples carry their process id; each thread is one of its process's.
+    let end = Instant::now() + WINDOW;
+    let mut raw: HashMap<u32, usize> = HashMap::new();
+    while Instant::now() < end {
+        sampler.wait(Duration::from_millis(20)).expect("wait");
+        while let Some(s) = sampler.next_sample() {
+            let pid = s.pid();
+            assert!(pid == pa || pid == pb, "a sample of process {pid}");
+            assert!(
+                Path::new(&format!("/proc/{pid}/task/{}", s.tid)).exists(),
+                "thread {} is not one of process {pid}'s",
+                s.tid
+            );
+            *raw.entry(pid).or_default() += 1;
+        }
+    }
+    assert!(raw.contains_key(&pa) && raw.contains_key(&pb), "{raw:?}");
+
+    // Both processes, each named with its own key map; nothing of the third.
+    let seen = sample_many(&mut sampler, &mut readers, WINDOW);
+    check_sampled(&a, &seen, &expected, "two processes");
+    check_sampled(&b, &seen, &expected, "two processes");
+    assert!(
+        seen.keys().all(|(pid, _)| *pid != pc),
+        "a process not added was sampled"
+    );
+
+    // A process added while the sampler runs.
+    sampler.add_process(&readers[&pc]).expect("add c");
+    let seen = sample_many(&mut sampler, &mut readers, WINDOW);
+    for t in [&a, &b, &c] {
+        check_sampled(t, &seen, &expected, "three processes");
+    }
+
+    // A removed process is sampled no more, even from samples already in the ring.
+    assert!(sampler.remove_process(pa));
+    assert!(!sampler.remove_process(pa));
+    assert_eq!(sampler.pids().collect::<Vec<_>>(), [pb, pc]);
+    assert_eq!(sampler.pid(), pb);
+    let seen = sample_many(&mut sampler, &mut readers, WINDOW);
+    assert!(
+        seen.keys().all(|(pid, _)| *pid != pa),
+        "a removed process was sampled"
+    );
+    check_sampled(&b, &seen, &expected, "after a removal");
+    check_sampled(&c, &seen, &expected, "after a removal");
+    assert!(matches!(
+        sampler.set_process_resolution(pa, readers[&pb].resolution()),
+        Err(otel_ctx_reader::EbpfError::UnknownProcess { pid }) if pid == pa
+    ));
+
+    // Adding a process again replaces its entry.
+    sampler.add_process(&readers[&pb]).expect("add b again");
+    assert_eq!(sampler.pids().collect::<Vec<_>>(), [pb, pc]);
+
+    // One process's new resolution leaves the other's alone: b's slot is nowhere, c's
+    // threads still sample their contexts.
+    let mut nowhere = readers[&pb].resolution().clone();
+    nowhere.location = SlotLocation::Dtv {
+        module_id: 1 << 19,
+        offset: 0,
+    };
+    sampler
+        .set_process_resolution(pb, &nowhere)
+        .expect("reconfigure b");
+    let seen = sample_many(&mut sampler, &mut readers, WINDOW);
+    for ((pid, tid), samples) in &seen {
+        if *pid == pb {
+            assert!(
+                samples.iter().all(Option::is_none),
+                "thread {tid} of b: {samples:?}"
+            );
+        }
+    }
+    check_sampled(&c, &seen, &expected, "after b's change");
+
+    // A snapshot across the processes that have a reader.
+    let reports = sampler
+        .snapshot(&mut readers, WINDOW)
+        .expect("an eBPF snapshot");
+    for t in &c.threads {
+        let report = reports
+            .iter()
+            .find(|r| r.tid == t.tid)
+            .unwrap_or_else(|| panic!("thread {} of c not in the snapshot", t.tid));
+        let ebpf = report.context.as_ref().expect("a sampled context");
+        let ptrace = readers
+            .get_mut(&pc)
+            .unwrap()
+            .read_thread(t.tid)
+            .expect("a ptrace read");
+        assert_eq!(ebpf, &ptrace, "snapshot of thread {} of c", t.tid);
+        assert!(report.name.starts_with("busy-"), "{}", report.name);
+    }
+}
+
+#[test]
+fn no_more_processes_than_room() {
+    assert_eq!(
+        EbpfOptions::default().max_processes,
+        otel_ctx_reader::EBPF_MAX_PROCESSES
+    );
+    assert_eq!(
+        EbpfOptions::default()
+            .with_max_processes(usize::MAX)
+            .max_processes,
+        otel_ctx_reader::EBPF_MAX_PROCESSES
+    );
+    let exe = busy_fixture();
+    let targets = [start(&exe, &[], &[]), start(&exe, &[], &[])];
+    let readers: Vec<ThreadReader> = targets.iter().map(named_reader).collect();
+    let mut sampler =
+        EbpfSampler::new(EbpfOptions::default().with_max_processes(1)).expect("the eBPF sampler");
+    sampler.add_process(&readers[0]).expect("room for one");
+    // The same process again replaces its entry: no room needed.
+    sampler.add_process(&readers[0]).expect("replace");
+    match sampler.add_process(&readers[1]) {
+        Err(otel_ctx_reader::EbpfError::TooManyProcesses { max: 1 }) => {}
+        other => panic!("a second process: {other:?}"),
+    }
+    assert_eq!(sampler.pids().collect::<Vec<_>>(), [readers[0].pid()]);
+    // Room again once one is removed.
+    assert!(sampler.remove_process(readers[0].pid()));
+    sampler.add_process(&readers[1]).expect("room again");
+    assert_eq!(sampler.pids().collect::<Vec<_>>(), [readers[1].pid()]);
+}

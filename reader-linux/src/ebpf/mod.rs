@@ -3,21 +3,26 @@
 //!
 //! A CPU-clock perf event ticks at N Hz on every CPU; on each tick a BPF program
 //! (`bpf/sampler.bpf.c`, built by clang in `build.rs`) checks whether the interrupted
-//! task belongs to the target process, reads its thread pointer from the kernel's task
-//! structure (BTF / CO-RE: `thread.fsbase` on x86_64, `thread.uw.tp_value` on aarch64),
-//! finds the `otel_thread_ctx_v1` slot with the parameters computed here from the
+//! task belongs to one of the followed processes (a hash map by process id, at most
+//! [`EBPF_MAX_PROCESSES`]: one program and one perf event per CPU serve them all),
+//! reads its thread pointer from the kernel's task structure (BTF / CO-RE:
+//! `thread.fsbase` on x86_64, `thread.uw.tp_value` on aarch64), finds the
+//! `otel_thread_ctx_v1` slot with the parameters computed here from that process's
 //! [`ThreadReader`]'s [`Resolution`] (an offset from the thread pointer, or the glibc or
 //! musl DTV walk with the same bounds checks as [`Resolution::slot_address`]), and copies
 //! the record (28-byte header and attrs-data, at most [`EBPF_MAX_RECORD_SIZE`] bytes) into
-//! a ring buffer. User space decodes the samples into the reader's own types and names
-//! the attributes with the key map ([`ThreadReader::name_record`]), as the ptrace path
-//! does.
+//! a ring buffer with the process and thread ids. User space decodes the samples into
+//! the reader's own types and names the attributes with the key map of the sample's
+//! process ([`ThreadReader::name_record`], the reader found by [`EbpfReaders`]), as the
+//! ptrace path does.
 //!
 //! A thread is sampled only while it runs on a CPU: a thread blocked for the whole
 //! interval yields no sample, which is what a CPU profiler wants. The program is loaded
 //! and attached with aya; the loader needs root (or `CAP_BPF` with `CAP_PERFMON`) and a
 //! kernel that exposes BTF in `/sys/kernel/btf/vmlinux`.
 
+mod error;
+mod targets;
 mod wire;
 
 use std::fmt;
@@ -25,7 +30,7 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
-use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::PerfEvent;
 use aya::{Ebpf, EbpfLoader};
@@ -34,7 +39,15 @@ use crate::stack::UserRegisters;
 use crate::threads::{ThreadContextRef, ThreadReader, ThreadReport};
 use crate::tls::{Resolution, SampleError, SlotContents};
 
-pub use wire::{EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_RECORD_SIZE, EBPF_MAX_STACK};
+use error::{explain, is_permission, load_error};
+use targets::Targets;
+
+pub use error::EbpfError;
+pub use targets::EbpfReaders;
+pub use wire::{
+    EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_PROCESSES, EBPF_MAX_RECORD_SIZE,
+    EBPF_MAX_STACK,
+};
 
 /// The BPF object `build.rs` compiled from `bpf/sampler.bpf.c`.
 static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
@@ -57,6 +70,9 @@ pub struct EbpfOptions {
     /// Whether to take the kernel stack too ([`EbpfSample::kernel_frames`], at most
     /// [`EBPF_MAX_KERNEL_FRAMES`]). Default `false`.
     pub kernel_stack: bool,
+    /// The most processes the sampler follows at once ([`EbpfSampler::add_process`]),
+    /// from 1 to [`EBPF_MAX_PROCESSES`] (the default).
+    pub max_processes: usize,
 }
 
 impl Default for EbpfOptions {
@@ -66,6 +82,7 @@ impl Default for EbpfOptions {
             max_record_size: EBPF_MAX_RECORD_SIZE,
             stack_size: 0,
             kernel_stack: false,
+            max_processes: EBPF_MAX_PROCESSES,
         }
     }
 }
@@ -103,6 +120,20 @@ impl EbpfOptions {
         self
     }
 
+    /// Sets [`max_processes`](Self::max_processes) (kept from 1 to
+    /// [`EBPF_MAX_PROCESSES`]).
+    #[must_use]
+    pub const fn with_max_processes(mut self, max: usize) -> Self {
+        self.max_processes = if max == 0 {
+            1
+        } else if max > EBPF_MAX_PROCESSES {
+            EBPF_MAX_PROCESSES
+        } else {
+            max
+        };
+        self
+    }
+
     /// The ring buffer's size: room for half a second of samples from `cpus` CPUs at
     /// [`frequency_hz`](Self::frequency_hz), at least 64 samples, with the stack this
     /// sampler copies; a power of two (the kernel requires one) from 1 MiB to 64 MiB. The
@@ -121,113 +152,11 @@ impl EbpfOptions {
     }
 }
 
-/// Why the eBPF sampler cannot run. The ptrace reader ([`ThreadReader`]) still works in
-/// every one of these cases.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum EbpfError {
-    /// The kernel exposes no BTF, which the program's CO-RE relocations need.
-    NoBtf,
-    /// The kernel refused for lack of privilege.
-    Permission {
-        /// What was refused.
-        what: String,
-        /// The error.
-        source: io::Error,
-    },
-    /// The program could not be loaded (the verifier's log, or a relocation the running
-    /// kernel cannot satisfy).
-    Load(String),
-    /// A perf event could not be opened or attached.
-    Attach {
-        /// The CPU.
-        cpu: u32,
-        /// What the kernel said.
-        message: String,
-    },
-    /// The sampling frequency is 0.
-    Frequency,
-    /// A map of the program could not be used, or the CPUs could not be listed.
-    Setup(String),
-    /// Waiting for samples failed.
-    Poll(io::Error),
-}
-
-impl fmt::Display for EbpfError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NoBtf => write!(
-                f,
-                "the eBPF sampler needs the kernel's BTF ({BTF_PATH} is missing: a kernel \
-                 built without CONFIG_DEBUG_INFO_BTF); sample without --ebpf (ptrace) instead"
-            ),
-            Self::Permission { what, source } => write!(
-                f,
-                "the kernel refused to {what} ({source}): the eBPF sampler needs root, or \
-                 CAP_BPF and CAP_PERFMON; sample without --ebpf (ptrace) instead"
-            ),
-            Self::Load(message) => write!(
-                f,
-                "the kernel did not accept the eBPF sampler: {message}; sample without \
-                 --ebpf (ptrace) instead"
-            ),
-            Self::Attach { cpu, message } => write!(
-                f,
-                "cannot attach the eBPF sampler to a CPU-clock perf event on CPU {cpu}: \
-                 {message} (a frequency above kernel.perf_event_max_sample_rate is refused \
-                 too)"
-            ),
-            Self::Frequency => write!(f, "the sampling frequency must be at least 1 Hz"),
-            Self::Setup(message) => write!(f, "cannot set up the eBPF sampler: {message}"),
-            Self::Poll(e) => write!(f, "waiting for eBPF samples failed: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for EbpfError {}
-
-/// The error's message followed by its sources', and the first OS error among them.
-fn explain<'a>(error: &'a (dyn std::error::Error + 'static)) -> (String, Option<&'a io::Error>) {
-    let mut message = error.to_string();
-    let mut os = None;
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = next {
-        if os.is_none() {
-            os = e.downcast_ref::<io::Error>();
-        }
-        if !std::ptr::eq(e, error) {
-            let part = e.to_string();
-            if !message.contains(&part) {
-                message.push_str(": ");
-                message.push_str(&part);
-            }
-        }
-        next = e.source();
-    }
-    (message, os)
-}
-
-fn is_permission(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES))
-}
-
-/// Classifies a loader error: privilege, or anything else the kernel said.
-fn load_error(what: &str, error: &(dyn std::error::Error + 'static)) -> EbpfError {
-    let (message, os) = explain(error);
-    match os {
-        Some(e) if is_permission(e) => EbpfError::Permission {
-            what: what.to_owned(),
-            source: io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EPERM)),
-        },
-        _ => EbpfError::Load(format!("{what}: {message}")),
-    }
-}
-
 /// Counts kept by the program, summed over CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EbpfCounters {
-    /// Ticks that interrupted a thread of the target.
+    /// Ticks that interrupted a thread of a followed process.
     pub ticks: u64,
     /// Samples lost because the ring buffer was full (user space read too slowly).
     pub lost: u64,
@@ -239,6 +168,8 @@ pub struct EbpfCounters {
 pub struct EbpfSample<'a> {
     /// The interrupted thread.
     pub tid: u32,
+    /// Its process ([`EbpfSample::pid`]).
+    pid: u32,
     /// Its thread pointer.
     pub thread_pointer: u64,
     /// The slot's address (`None` when the thread has no TLS block for the module, or the
@@ -262,6 +193,11 @@ pub struct EbpfSample<'a> {
 }
 
 impl EbpfSample<'_> {
+    /// The interrupted thread's process (its thread group id).
+    pub const fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// The number of kernel frames.
     pub fn kernel_frame_count(&self) -> usize {
         self.kernel_frames.len() / 8
@@ -279,6 +215,8 @@ impl EbpfSample<'_> {
 pub struct EbpfStack<'a> {
     /// The interrupted thread.
     pub tid: u32,
+    /// Its process (its thread group id).
+    pub pid: u32,
     /// Its user registers.
     pub registers: UserRegisters,
     /// The top of its user stack, from `registers.sp` up.
@@ -287,18 +225,19 @@ pub struct EbpfStack<'a> {
     pub kernel_frames: &'a [u8],
 }
 
-/// The eBPF sampler of one process. Dropping it detaches the program from every CPU.
+/// The eBPF sampler of one process or of many: one program and one CPU-clock perf event
+/// per CPU, whatever the number of processes. Dropping it detaches the program from
+/// every CPU.
 pub struct EbpfSampler {
     /// The program and its perf-event links: dropping it detaches them.
     ebpf: Ebpf,
     config: Array<MapData, [u64; wire::CONFIG_WORDS]>,
+    targets_map: BpfHashMap<MapData, u32, [u64; wire::TARGET_WORDS]>,
     counters: PerCpuArray<MapData, u64>,
     ring: RingBuf<MapData>,
-    tgid: u32,
-    generation: u64,
+    targets: Targets,
     max_record_size: usize,
     capture: wire::Capture,
-    resolution: Resolution,
     /// The entry being handed out, copied out of the ring buffer.
     entry: Vec<u8>,
 }
@@ -306,17 +245,29 @@ pub struct EbpfSampler {
 impl fmt::Debug for EbpfSampler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EbpfSampler")
-            .field("tgid", &self.tgid)
-            .field("generation", &self.generation)
-            .field("resolution", &self.resolution)
+            .field("targets", &self.targets)
             .finish_non_exhaustive()
     }
 }
 
+/// How many times a program load the kernel answers with `EAGAIN` is tried.
+const LOAD_ATTEMPTS: usize = 4;
+
 impl EbpfSampler {
     /// Loads the program, points it at `reader`'s process and slot, and attaches it to a
-    /// CPU-clock perf event on every online CPU.
+    /// CPU-clock perf event on every online CPU: [`new`](Self::new), then
+    /// [`add_process`](Self::add_process).
     pub fn start(reader: &ThreadReader, options: EbpfOptions) -> Result<Self, EbpfError> {
+        let mut sampler = Self::new(options)?;
+        sampler.add_process(reader)?;
+        Ok(sampler)
+    }
+
+    /// Loads the program and attaches it to a CPU-clock perf event on every online CPU,
+    /// with no process to sample yet ([`add_process`](Self::add_process) adds them). The
+    /// ring buffer is sized for the frequency on every CPU
+    /// ([`EbpfOptions::frequency_hz`]), whatever the number of processes.
+    pub fn new(options: EbpfOptions) -> Result<Self, EbpfError> {
         if options.frequency_hz == 0 {
             return Err(EbpfError::Frequency);
         }
@@ -327,28 +278,29 @@ impl EbpfSampler {
             EbpfError::Setup(format!("cannot count the possible CPUs ({what}): {e}"))
         })?;
         let ring_size = options.ring_size(cpus);
+        let max_processes = options.max_processes.clamp(1, EBPF_MAX_PROCESSES);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("scratch", u32::try_from(cpus).unwrap_or(u32::MAX))
             .map_max_entries("samples", ring_size)
+            .map_max_entries("targets", max_processes as u32)
             .load(PROGRAM)
             .map_err(|e| load_error("load the BPF object", &e))?;
         let map = |ebpf: &mut Ebpf, name: &str| {
             ebpf.take_map(name)
                 .ok_or_else(|| EbpfError::Setup(format!("the program has no map {name:?}")))
         };
-        let config = Array::try_from(map(&mut ebpf, "config")?)
-            .map_err(|e| EbpfError::Setup(explain(&e).0))?;
-        let counters = PerCpuArray::try_from(map(&mut ebpf, "counters")?)
-            .map_err(|e| EbpfError::Setup(explain(&e).0))?;
-        let ring = RingBuf::try_from(map(&mut ebpf, "samples")?)
-            .map_err(|e| EbpfError::Setup(explain(&e).0))?;
+        let setup = |e: aya::maps::MapError| EbpfError::Setup(explain(&e).0);
+        let config = Array::try_from(map(&mut ebpf, "config")?).map_err(setup)?;
+        let targets_map = BpfHashMap::try_from(map(&mut ebpf, "targets")?).map_err(setup)?;
+        let counters = PerCpuArray::try_from(map(&mut ebpf, "counters")?).map_err(setup)?;
+        let ring = RingBuf::try_from(map(&mut ebpf, "samples")?).map_err(setup)?;
         let mut sampler = Self {
             ebpf,
             config,
+            targets_map,
             counters,
             ring,
-            tgid: reader.pid(),
-            generation: 0,
+            targets: Targets::new(max_processes),
             max_record_size: options.max_record_size.min(EBPF_MAX_RECORD_SIZE),
             capture: wire::Capture {
                 stack_size: options.stack_size.min(EBPF_MAX_STACK),
@@ -356,11 +308,14 @@ impl EbpfSampler {
                 // A quarter of the ring.
                 wakeup_bytes: u64::from(ring_size / 4),
             },
-            resolution: reader.resolution().clone(),
             entry: Vec::with_capacity(wire::SAMPLE_SIZE + options.stack_size),
         };
         // Configured before the first tick can run it.
-        sampler.write_config()?;
+        let words = wire::config_words(sampler.capture);
+        sampler
+            .config
+            .set(0, words, 0)
+            .map_err(|e| EbpfError::Setup(explain(&e).0))?;
 
         let program: &mut PerfEvent = sampler
             .ebpf
@@ -368,9 +323,7 @@ impl EbpfSampler {
             .ok_or_else(|| EbpfError::Setup(format!("the object has no program {PROGRAM_NAME}")))?
             .try_into()
             .map_err(|e| EbpfError::Setup(explain(&e).0))?;
-        program
-            .load()
-            .map_err(|e| load_error("load the BPF program", &e))?;
+        load_program(program)?;
         let cpus = aya::util::online_cpus().map_err(|(what, e)| {
             EbpfError::Setup(format!("cannot list the online CPUs ({what}): {e}"))
         })?;
@@ -398,27 +351,86 @@ impl EbpfSampler {
         Ok(sampler)
     }
 
-    fn write_config(&mut self) -> Result<(), EbpfError> {
-        let words = wire::config_words(
-            self.tgid,
-            &self.resolution,
-            self.generation,
-            self.max_record_size,
-            self.capture,
-        );
-        self.config
-            .set(0, words, 0)
-            .map_err(|e| EbpfError::Setup(explain(&e).0))
+    /// Samples `reader`'s process too, finding its threads' slot with `reader`'s
+    /// [`Resolution`]. Adding a process the sampler follows already replaces its
+    /// resolution (its samples taken before are dropped). Fails with
+    /// [`EbpfError::TooManyProcesses`] when the sampler follows as many processes as it
+    /// has room for ([`EbpfOptions::max_processes`]).
+    pub fn add_process(&mut self, reader: &ThreadReader) -> Result<(), EbpfError> {
+        let pid = reader.pid();
+        if !self.targets.has_room_for(pid) {
+            return Err(EbpfError::TooManyProcesses {
+                max: self.targets.max(),
+            });
+        }
+        self.write_target(pid, reader.resolution().clone())
     }
 
-    /// The process sampled.
-    pub const fn pid(&self) -> u32 {
-        self.tgid
+    /// Stops sampling process `pid`; its samples still in the ring are dropped. Whether
+    /// the sampler followed it.
+    pub fn remove_process(&mut self, pid: u32) -> bool {
+        if !self.targets.remove(pid) {
+            return false;
+        }
+        // Should the kernel refuse, the program goes on sampling the process, and its
+        // samples are dropped here as those of a process not followed.
+        let _ = self.targets_map.remove(&pid);
+        true
     }
 
-    /// The resolution the program uses.
-    pub const fn resolution(&self) -> &Resolution {
-        &self.resolution
+    /// Points the program at a new slot location for process `pid` (after
+    /// [`ThreadReader::refresh_modules`] found its modules changed). Its samples taken
+    /// with the old one are dropped.
+    pub fn set_process_resolution(
+        &mut self,
+        pid: u32,
+        resolution: &Resolution,
+    ) -> Result<(), EbpfError> {
+        match self.targets.get(pid) {
+            None => Err(EbpfError::UnknownProcess { pid }),
+            Some(target) if target.resolution == *resolution => Ok(()),
+            Some(_) => self.write_target(pid, resolution.clone()),
+        }
+    }
+
+    /// Writes process `pid`'s entry of the program's `targets` map, with a new
+    /// generation, and records it.
+    fn write_target(&mut self, pid: u32, resolution: Resolution) -> Result<(), EbpfError> {
+        let generation = self.targets.next_generation();
+        let words = wire::target_words(&resolution, generation, self.max_record_size);
+        self.targets_map
+            .insert(pid, words, 0)
+            .map_err(|e| EbpfError::Setup(explain(&e).0))?;
+        self.targets.insert(pid, resolution);
+        Ok(())
+    }
+
+    /// The processes sampled, in the order they were added.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.targets.pids()
+    }
+
+    /// The resolution the program uses for process `pid`, if it follows it.
+    pub fn process_resolution(&self, pid: u32) -> Option<&Resolution> {
+        self.targets.get(pid).map(|t| &t.resolution)
+    }
+
+    /// The process sampled: the first one added that the sampler still follows (0 when
+    /// it follows none). [`pids`](Self::pids) lists them all.
+    pub fn pid(&self) -> u32 {
+        self.targets.first().unwrap_or(0)
+    }
+
+    /// The resolution the program uses for [`pid`](Self::pid)'s process.
+    ///
+    /// # Panics
+    ///
+    /// When the sampler follows no process ([`new`](Self::new) without
+    /// [`add_process`](Self::add_process));
+    /// [`process_resolution`](Self::process_resolution) answers `None` instead.
+    pub fn resolution(&self) -> &Resolution {
+        self.process_resolution(self.pid())
+            .expect("the eBPF sampler follows no process")
     }
 
     /// The largest record copied.
@@ -426,16 +438,10 @@ impl EbpfSampler {
         self.max_record_size
     }
 
-    /// Points the program at a new slot location (after
-    /// [`ThreadReader::refresh_modules`] found the modules changed). Samples taken with
-    /// the old one are dropped.
+    /// [`set_process_resolution`](Self::set_process_resolution) for
+    /// [`pid`](Self::pid)'s process: what a sampler of one process uses.
     pub fn set_resolution(&mut self, resolution: &Resolution) -> Result<(), EbpfError> {
-        if *resolution == self.resolution {
-            return Ok(());
-        }
-        self.resolution = resolution.clone();
-        self.generation += 1;
-        self.write_config()
+        self.set_process_resolution(self.pid(), resolution)
     }
 
     /// Waits up to `timeout` for samples; returns whether the program woke it. To spare
@@ -457,9 +463,10 @@ impl EbpfSampler {
         }
     }
 
-    /// The next sample, if one is ready. Samples computed with an earlier resolution are
-    /// skipped.
-    pub fn next_sample(&mut self) -> Option<EbpfSample<'_>> {
+    /// Copies the next entry out of the ring
+    /// and decodes it; entries of a process no longer followed, or computed with an
+    /// earlier entry of its process, are skipped.
+    fn next_decoded(&mut self) -> Option<wire::Decoded> {
         loop {
             {
                 let item = self.ring.next()?;
@@ -470,77 +477,106 @@ impl EbpfSampler {
             let Some(decoded) = wire::decode(&self.entry, self.max_record_size) else {
                 continue;
             };
-            if decoded.generation != self.generation {
-                continue;
+            match self.targets.get(decoded.pid) {
+                Some(target) if target.generation == decoded.generation => return Some(decoded),
+                _ => {}
             }
-            return Some(EbpfSample {
-                tid: decoded.tid,
-                thread_pointer: decoded.thread_pointer,
-                slot: decoded.slot,
-                contents: decoded.contents,
-                attrs_data: &self.entry[decoded.attrs],
-                registers: decoded.registers,
-                stack: &self.entry[decoded.stack],
-                kernel_frames: &self.entry[decoded.kernel_frames],
-            });
         }
     }
 
-    /// The next sample as the ptrace path's [`ThreadReader::sample_into`] reports it:
-    /// the thread, and its context named with `reader`'s key map (`Ok(None)`: no
-    /// context).
-    #[allow(clippy::type_complexity)]
-    pub fn next_context<'a>(
-        &'a mut self,
-        reader: &'a mut ThreadReader,
-    ) -> Option<(u32, Result<Option<ThreadContextRef<'a>>, SampleError>)> {
-        let sample = self.next_sample()?;
-        let tid = sample.tid;
-        let context = match sample.contents {
-            Ok(SlotContents::Record { address, header }) => {
-                Ok(Some(reader.name_record(header, address, sample.attrs_data)))
-            }
-            Ok(_) => Ok(None),
-            Err(e) => Err(e),
-        };
-        Some((tid, context))
+    /// The next sample, if one is ready, of any process the sampler follows. Samples
+    /// computed with an earlier resolution of their process, or of a process removed
+    /// since, are skipped.
+    pub fn next_sample(&mut self) -> Option<EbpfSample<'_>> {
+        let decoded = self.next_decoded()?;
+        Some(EbpfSample {
+            tid: decoded.tid,
+            pid: decoded.pid,
+            thread_pointer: decoded.thread_pointer,
+            slot: decoded.slot,
+            contents: decoded.contents,
+            attrs_data: &self.entry[decoded.attrs],
+            registers: decoded.registers,
+            stack: &self.entry[decoded.stack],
+            kernel_frames: &self.entry[decoded.kernel_frames],
+        })
     }
 
-    /// Like [`next_context`](Self::next_context), with the sample's user registers and
-    /// stack copy (and kernel frames) for a profiler: the thread, its registers, and its
-    /// context, all borrowed until the next call. Allocation-free.
+    /// The next sample whose process has a reader in `readers`, its stack half and its
+    /// context named with that reader's key map. Samples of the other processes are
+    /// skipped.
     #[allow(clippy::type_complexity)]
-    pub fn next_stack_sample<'a>(
+    fn next_named<'a, R: EbpfReaders + ?Sized>(
         &'a mut self,
-        reader: &'a mut ThreadReader,
+        readers: &'a mut R,
     ) -> Option<(
         EbpfStack<'a>,
         Result<Option<ThreadContextRef<'a>>, SampleError>,
     )> {
-        let sample = self.next_sample()?;
-        let stack = EbpfStack {
-            tid: sample.tid,
-            registers: sample.registers,
-            stack: sample.stack,
-            kernel_frames: sample.kernel_frames,
-        };
-        let context = match sample.contents {
-            Ok(SlotContents::Record { address, header }) => {
-                Ok(Some(reader.name_record(header, address, sample.attrs_data)))
+        let decoded = loop {
+            let decoded = self.next_decoded()?;
+            if readers.reader_mut(decoded.pid).is_some() {
+                break decoded;
             }
+        };
+        let reader = readers.reader_mut(decoded.pid)?;
+        let entry = &self.entry;
+        let stack = EbpfStack {
+            tid: decoded.tid,
+            pid: decoded.pid,
+            registers: decoded.registers,
+            stack: &entry[decoded.stack],
+            kernel_frames: &entry[decoded.kernel_frames],
+        };
+        let context = match decoded.contents {
+            Ok(SlotContents::Record { address, header }) => Ok(Some(reader.name_record(
+                header,
+                address,
+                &entry[decoded.attrs],
+            ))),
             Ok(_) => Ok(None),
             Err(e) => Err(e),
         };
         Some((stack, context))
     }
 
-    /// Samples for `window` and reports every thread of the process that ran meanwhile,
-    /// in thread-id order, with the context of its last sample, named as
-    /// [`ThreadReader::read_all`] names them. A thread that did not run during the
-    /// window, or has exited since, is not in the list.
-    pub fn snapshot(
+    /// The next sample as the ptrace path's [`ThreadReader::sample_into`] reports it:
+    /// the thread, and its context named with its process's reader's key map
+    /// (`Ok(None)`: no context). `readers` is one [`ThreadReader`] for a sampler of one
+    /// process, or any [`EbpfReaders`] (a map of readers by process id) for many;
+    /// samples of a process without a reader there are skipped.
+    /// [`next_stack_sample`](Self::next_stack_sample) says the process too.
+    #[allow(clippy::type_complexity)]
+    pub fn next_context<'a, R: EbpfReaders + ?Sized>(
+        &'a mut self,
+        readers: &'a mut R,
+    ) -> Option<(u32, Result<Option<ThreadContextRef<'a>>, SampleError>)> {
+        let (stack, context) = self.next_named(readers)?;
+        Some((stack.tid, context))
+    }
+
+    /// Like [`next_context`](Self::next_context), with the sample's process, user
+    /// registers and stack copy (and kernel frames) for a profiler: the thread, its
+    /// registers, and its context, all borrowed until the next call. Allocation-free.
+    #[allow(clippy::type_complexity)]
+    pub fn next_stack_sample<'a, R: EbpfReaders + ?Sized>(
+        &'a mut self,
+        readers: &'a mut R,
+    ) -> Option<(
+        EbpfStack<'a>,
+        Result<Option<ThreadContextRef<'a>>, SampleError>,
+    )> {
+        self.next_named(readers)
+    }
+
+    /// Samples for `window` and reports every thread that ran meanwhile, of every
+    /// process with a reader in `readers`, in process-id then thread-id order, with the
+    /// context of its last sample, named as [`ThreadReader::read_all`] names them. A
+    /// thread that did not run during the window, or has exited since, is not in the
+    /// list.
+    pub fn snapshot<R: EbpfReaders + ?Sized>(
         &mut self,
-        reader: &mut ThreadReader,
+        readers: &mut R,
         window: Duration,
     ) -> Result<Vec<ThreadReport>, EbpfError> {
         let mut last = std::collections::BTreeMap::new();
@@ -548,18 +584,17 @@ impl EbpfSampler {
         loop {
             let left = end.saturating_duration_since(std::time::Instant::now());
             self.wait(left.min(Duration::from_millis(50)))?;
-            while let Some((tid, context)) = self.next_context(reader) {
+            while let Some((stack, context)) = self.next_named(readers) {
                 let context = context.map(|c| c.map(|c| c.to_owned_context()));
-                last.insert(tid, context);
+                last.insert((stack.pid, stack.tid), context);
             }
             if left.is_zero() {
                 break;
             }
         }
-        let pid = self.tgid;
         Ok(last
             .into_iter()
-            .filter_map(|(tid, context)| {
+            .filter_map(|((pid, tid), context)| {
                 // Gone since its sample: left out, as `read_all` leaves out exited threads.
                 let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
                 Some(ThreadReport {
@@ -571,9 +606,9 @@ impl EbpfSampler {
             .collect())
     }
 
-    /// How often the kernel ran the program (on every tick of every CPU, the target's
-    /// or not) and its total run time. Both stay 0 unless the kernel's statistics are
-    /// on (`sysctl kernel.bpf_stats_enabled=1`).
+    /// How often the kernel ran the program (on every tick of every CPU, a target's or
+    /// not) and its total run time. Both stay 0 unless the kernel's statistics are on
+    /// (`sysctl kernel.bpf_stats_enabled=1`).
     pub fn run_time(&self) -> Result<(u64, Duration), EbpfError> {
         let program = self
             .ebpf
@@ -598,6 +633,25 @@ impl EbpfSampler {
             ticks: sum(0)?,
             lost: sum(1)?,
         })
+    }
+}
+
+/// Loads the program into the kernel, again when the kernel answers `EAGAIN` (the
+/// verifier can give up on a busy machine), a few times.
+fn load_program(program: &mut PerfEvent) -> Result<(), EbpfError> {
+    let mut attempt = 1;
+    loop {
+        match program.load() {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                let again = explain(&e).1.and_then(io::Error::raw_os_error) == Some(libc::EAGAIN);
+                if !again || attempt == LOAD_ATTEMPTS {
+                    return Err(load_error("load the BPF program", &e));
+                }
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     }
 }
 

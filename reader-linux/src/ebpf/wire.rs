@@ -1,5 +1,9 @@
 //! The bytes exchanged with the BPF program (`bpf/sampler.bpf.c`): the configuration
-//! words user space writes, and the samples the program sends through its ring buffer.
+//! words user space writes (`struct ctx_config`, the global options, and `struct
+//! ctx_target`, one process's entry of the `targets` map), and the samples the program
+//! sends through its ring buffer (`struct ctx_sample`). This file mirrors those C
+//! structures: a change to one is a change to both, and the C file's `_Static_assert`s
+//! check the same offsets as the constants here.
 //! Both are parsed and built field by field from native-endian bytes, so no `unsafe`
 //! reinterpretation of memory is needed.
 
@@ -11,7 +15,14 @@ use crate::stack::UserRegisters;
 use crate::tls::{Resolution, SampleError, SlotContents, SlotLocation, TlsError};
 
 /// Number of `u64` words of `struct ctx_config`.
-pub(crate) const CONFIG_WORDS: usize = 12;
+pub(crate) const CONFIG_WORDS: usize = 3;
+
+/// Number of `u64` words of `struct ctx_target`.
+pub(crate) const TARGET_WORDS: usize = 8;
+
+/// The most processes one eBPF sampler follows at once (`MAX_PROCESSES`, the entries of
+/// the program's `targets` map).
+pub const EBPF_MAX_PROCESSES: usize = 1024;
 
 /// The most user stack a sample carries (`MAX_STACK`).
 pub const EBPF_MAX_STACK: usize = 64 * 1024;
@@ -42,14 +53,21 @@ const MODE_OFF: u64 = 0;
 const MODE_TP_OFFSET: u64 = 1;
 const MODE_DTV: u64 = 2;
 
-/// `struct ctx_config` as words: what the program needs to find the slot.
-pub(crate) fn config_words(
-    tgid: u32,
+/// `struct ctx_config` as words: what the program captures of every process.
+pub(crate) fn config_words(capture: Capture) -> [u64; CONFIG_WORDS] {
+    [
+        capture.stack_size.min(EBPF_MAX_STACK) as u64,
+        u64::from(capture.kernel_stack),
+        capture.wakeup_bytes,
+    ]
+}
+
+/// `struct ctx_target` as words: what the program needs to find one process's slot.
+pub(crate) fn target_words(
     resolution: &Resolution,
     generation: u64,
     max_record_size: usize,
-    capture: Capture,
-) -> [u64; CONFIG_WORDS] {
+) -> [u64; TARGET_WORDS] {
     // The same layouts as `Resolution::slot_address`: where the DTV pointer sits relative
     // to the thread pointer, the entry size, and where the DTV's length word is.
     let (mode, tp_offset, module_id, offset, entry_shift, bound_at) = match resolution.location {
@@ -73,7 +91,6 @@ pub(crate) fn config_words(
         .saturating_sub(RECORD_HEADER_SIZE)
         .min(EBPF_MAX_ATTRS);
     [
-        u64::from(tgid),
         mode,
         tp_offset as u64,
         module_id,
@@ -82,25 +99,23 @@ pub(crate) fn config_words(
         bound_at as u64,
         generation,
         max_attrs as u64,
-        capture.stack_size.min(EBPF_MAX_STACK) as u64,
-        u64::from(capture.kernel_stack),
-        capture.wakeup_bytes,
     ]
 }
 
-// `struct ctx_sample`'s offsets.
+// `struct ctx_sample`'s offsets (the C file asserts the same ones).
 const TID: usize = 0;
-const STATE: usize = 4;
-const GENERATION: usize = 8;
-const THREAD_POINTER: usize = 16;
-const SLOT: usize = 24;
-const RECORD: usize = 32;
-const FAULT_ADDR: usize = 40;
-const FAULT_WHAT: usize = 48;
-const ATTRS_LEN: usize = 52;
-const HEADER: usize = 54;
+const PID: usize = 4;
+const STATE: usize = 8;
+const FAULT_WHAT: usize = 12;
+const GENERATION: usize = 16;
+const THREAD_POINTER: usize = 24;
+const SLOT: usize = 32;
+const RECORD: usize = 40;
+const FAULT_ADDR: usize = 48;
+const ATTRS_LEN: usize = 56;
+const HEADER: usize = 58;
 const ATTRS: usize = HEADER + RECORD_HEADER_SIZE;
-const REGS: usize = ATTRS + EBPF_MAX_ATTRS + 2;
+const REGS: usize = ATTRS + EBPF_MAX_ATTRS + 6;
 const STACK_LEN: usize = REGS + 32;
 const KSTACK_LEN: usize = STACK_LEN + 4;
 const KSTACK: usize = KSTACK_LEN + 4;
@@ -108,6 +123,12 @@ const STACK: usize = KSTACK + 8 * EBPF_MAX_KERNEL_FRAMES;
 /// The part of `struct ctx_sample` every entry has: all but the stack bytes, of which
 /// the entry carries `stack_len`.
 pub(crate) const SAMPLE_SIZE: usize = STACK;
+
+// The offsets `bpf/sampler.bpf.c` asserts for `struct ctx_sample`.
+const _: () = assert!(PID == 4 && STATE == 8 && FAULT_WHAT == 12 && GENERATION == 16);
+const _: () = assert!(FAULT_ADDR == 48 && ATTRS_LEN == 56 && HEADER == 58 && ATTRS == 86);
+const _: () = assert!(REGS == 704 && STACK_LEN == 736 && KSTACK_LEN == 740);
+const _: () = assert!(KSTACK == 744 && STACK == 1000);
 
 const STATE_NO_TLS_BLOCK: u32 = 0;
 const STATE_NULL: u32 = 1;
@@ -140,6 +161,8 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 #[derive(Debug)]
 pub(crate) struct Decoded {
     pub tid: u32,
+    /// The thread's process.
+    pub pid: u32,
     pub generation: u64,
     pub thread_pointer: u64,
     pub slot: Option<u64>,
@@ -239,6 +262,7 @@ pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
     };
     Some(Decoded {
         tid: u32_at(entry, TID),
+        pid: u32_at(entry, PID),
         generation: u64_at(entry, GENERATION),
         thread_pointer: u64_at(entry, THREAD_POINTER),
         // The program leaves 0 where no slot was computed.
@@ -282,11 +306,14 @@ mod tests {
             kernel_stack: true,
             wakeup_bytes: 4096,
         };
-        let w = config_words(42, &r, 3, 640, capture);
         assert_eq!(
-            w,
-            [42, 1, (-72i64) as u64, 0, 0, 0, 0, 3, 612, 65536, 1, 4096],
+            config_words(capture),
+            [65536, 1, 4096],
             "the stack is cut to what the program has room for"
+        );
+        assert_eq!(
+            target_words(&r, 3, 640),
+            [1, (-72i64) as u64, 0, 0, 0, 0, 3, 612]
         );
         let dtv = SlotLocation::Dtv {
             module_id: 2,
@@ -298,29 +325,10 @@ mod tests {
             (Libc::Musl, Machine::X86_64, 8, 3, 0),
             (Libc::Musl, Machine::Aarch64, -8, 3, 0),
         ] {
-            let w = config_words(
-                7,
-                &resolution(dtv, libc, machine),
-                1,
-                100,
-                Capture::default(),
-            );
+            let w = target_words(&resolution(dtv, libc, machine), 1, 100);
             assert_eq!(
                 w,
-                [
-                    7,
-                    2,
-                    dtv_at as u64,
-                    2,
-                    16,
-                    shift,
-                    bound_at as u64,
-                    1,
-                    72,
-                    0,
-                    0,
-                    0
-                ],
+                [2, dtv_at as u64, 2, 16, shift, bound_at as u64, 1, 72],
                 "{libc:?} {machine:?}"
             );
         }
@@ -329,6 +337,7 @@ mod tests {
     fn entry(state: u32, header: &[u8; 28], attrs: &[u8]) -> Vec<u8> {
         let mut e = vec![0u8; SAMPLE_SIZE];
         e[TID..TID + 4].copy_from_slice(&77u32.to_ne_bytes());
+        e[PID..PID + 4].copy_from_slice(&70u32.to_ne_bytes());
         e[STATE..STATE + 4].copy_from_slice(&state.to_ne_bytes());
         e[GENERATION..GENERATION + 8].copy_from_slice(&5u64.to_ne_bytes());
         e[THREAD_POINTER..THREAD_POINTER + 8].copy_from_slice(&0x7000u64.to_ne_bytes());
@@ -348,7 +357,10 @@ mod tests {
         header[26..28].copy_from_slice(&4u16.to_ne_bytes());
         let e = entry(STATE_RECORD, &header, &[0, 2, b'h', b'i']);
         let d = decode(&e, 640).expect("a record");
-        assert_eq!((d.tid, d.generation, d.thread_pointer), (77, 5, 0x7000));
+        assert_eq!(
+            (d.tid, d.pid, d.generation, d.thread_pointer),
+            (77, 70, 5, 0x7000)
+        );
         assert_eq!(d.slot, Some(0x6fc0));
         assert_eq!(&e[d.attrs.clone()], &[0, 2, b'h', b'i']);
         match d.contents {
