@@ -220,7 +220,10 @@ impl ContextMapping {
 /// Whether a line may name a context mapping: a cheap search for `OTEL_CTX`, so the other
 /// lines of a huge maps file are not parsed at all.
 fn may_name_context(line: &[u8]) -> bool {
-    memchr::memmem::find(line, b"OTEL_CTX").is_some()
+    // One searcher for every line: building one per call costs more than the search.
+    static OTEL_CTX: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"OTEL_CTX"));
+    OTEL_CTX.find(line).is_some()
 }
 
 /// Streams maps files through one reused fixed-size buffer.
@@ -425,6 +428,13 @@ impl ProcessMaps {
     }
 }
 
+/// A caller's look at the lines of a pass: `wants` sees each raw line and says whether
+/// `visit` should see it parsed.
+struct Visit<'v> {
+    wants: &'v mut dyn FnMut(&[u8]) -> bool,
+    visit: &'v mut dyn FnMut(&MapsLine<'_>),
+}
+
 /// Builds a [`ProcessMaps`] line by line.
 #[derive(Default)]
 struct MapsCollector {
@@ -434,23 +444,21 @@ struct MapsCollector {
 
 impl MapsCollector {
     /// Takes one line; `visit`, when given, sees every line parsed.
-    fn line(
-        &mut self,
-        line: &[u8],
-        visit: Option<&mut dyn FnMut(&MapsLine<'_>)>,
-    ) -> ControlFlow<()> {
+    fn line(&mut self, line: &[u8], visit: Option<&mut Visit<'_>>) -> ControlFlow<()> {
         self.maps.lines += 1;
         let _ = collect_candidate(&mut self.maps.context_mappings, line);
-        // Only file paths (and the context names, found above) have a '/': a million
-        // anonymous mappings are passed over without being parsed.
+        // The visitor sees the lines it wants, parsed; the rest is for the modules. Only
+        // file paths (and the context names, found above) have a '/': a million anonymous
+        // mappings are passed over without being parsed.
+        let mut visit = visit.and_then(|v| if (v.wants)(line) { Some(v) } else { None });
         if visit.is_none() && memchr::memchr(b'/', line).is_none() {
             return ControlFlow::Continue(());
         }
         let Some(parsed) = MapsLine::parse(line) else {
             return ControlFlow::Continue(());
         };
-        if let Some(visit) = visit {
-            visit(&parsed);
+        if let Some(visit) = visit.as_mut() {
+            (visit.visit)(&parsed);
         }
         if parsed.inode == 0 || !parsed.name.starts_with(b"/") {
             return ControlFlow::Continue(());
@@ -498,15 +506,23 @@ impl MapsScanner {
         Ok(collector.maps)
     }
 
-    /// Like [`process_maps`](Self::process_maps), and shows `visit` every line of the
-    /// same pass, for what a caller looks for beyond it (the checker's near-miss names).
+    /// Like [`process_maps`](Self::process_maps), and shows `visit` the lines of the same
+    /// pass that `wants` asks for (it sees each raw line first), for what a caller looks
+    /// for beyond it (the checker's near-miss names and unnamed mappings). A line `wants`
+    /// turns down is not parsed for it: on a process with a million anonymous mappings,
+    /// parsing each costs as much again as reading the file.
     pub fn process_maps_visiting(
         &mut self,
         pid: u32,
+        mut wants: impl FnMut(&[u8]) -> bool,
         mut visit: impl FnMut(&MapsLine<'_>),
     ) -> io::Result<ProcessMaps> {
         let mut collector = MapsCollector::default();
-        self.for_each_process_line(pid, |line| collector.line(line, Some(&mut visit)))?;
+        let mut look = Visit {
+            wants: &mut wants,
+            visit: &mut visit,
+        };
+        self.for_each_process_line(pid, |line| collector.line(line, Some(&mut look)))?;
         collector.maps.pid = pid;
         Ok(collector.maps)
     }

@@ -171,36 +171,49 @@ impl ProcessSide {
         let pid = self.pid;
         // Lines whose naming is `None` qualify only if they start with the signature.
         let mut lines: Vec<(Candidate, Option<Naming>)> = Vec::new();
-        let mut hidden = 0usize;
+        // Unnamed mappings that may hold a context: each one probed costs a copy out of
+        // the process, so a process with hundreds of thousands of anonymous mappings has
+        // only the first MAX_PROBED of them probed; the rest are counted from the raw
+        // line, without parsing it.
+        let hidden = std::cell::Cell::new(0usize);
         let maps = self
             .scanner
-            .process_maps_visiting(pid, |line| {
-                let naming = match naming_of(line.name) {
-                    Some(naming) => Some(naming),
-                    None if may_hold_hidden_context(line) => {
-                        // Each one costs a copy out of the process: a process with
-                        // hundreds of thousands of anonymous mappings has only the first
-                        // MAX_PROBED of them probed.
-                        hidden += 1;
-                        if hidden > MAX_PROBED {
-                            return;
-                        }
-                        None
+            .process_maps_visiting(
+                pid,
+                |raw| {
+                    if hidden.get() < MAX_PROBED || !unnamed(raw) {
+                        return true;
                     }
-                    None => return,
-                };
-                let candidate = Candidate {
-                    start: line.start,
-                    end: line.end,
-                    perms: line.perms,
-                    name: String::from_utf8_lossy(line.name).into_owned(),
-                    naming: Naming::Other,
-                    header: None,
-                };
-                lines.push((candidate, naming));
-            })
+                    if readable(raw) {
+                        hidden.set(hidden.get() + 1);
+                    }
+                    false
+                },
+                |line| {
+                    let naming = match naming_of(line.name) {
+                        Some(naming) => Some(naming),
+                        None if may_hold_hidden_context(line) => {
+                            hidden.set(hidden.get() + 1);
+                            if hidden.get() > MAX_PROBED {
+                                return;
+                            }
+                            None
+                        }
+                        None => return,
+                    };
+                    let candidate = Candidate {
+                        start: line.start,
+                        end: line.end,
+                        perms: line.perms,
+                        name: String::from_utf8_lossy(line.name).into_owned(),
+                        naming: Naming::Other,
+                        header: None,
+                    };
+                    lines.push((candidate, naming));
+                },
+            )
             .map_err(|e| Error::from_io(pid, format!("read /proc/{pid}/maps"), e))?;
-        self.unprobed = hidden.saturating_sub(MAX_PROBED);
+        self.unprobed = hidden.get().saturating_sub(MAX_PROBED);
         self.mappings = maps.lines;
         let mut found = Vec::new();
         for (mut candidate, naming) in lines {
@@ -255,6 +268,32 @@ fn mentions_otel_ctx(name: &[u8]) -> bool {
         .any(|needle| lower.windows(needle.len()).any(|w| w == *needle))
 }
 
+/// Whether a raw maps line has no name (nothing after its five fields): anonymous memory.
+fn unnamed(raw: &[u8]) -> bool {
+    let mut fields = 0;
+    let mut in_field = false;
+    for &b in raw {
+        if b == b' ' || b == b'\n' {
+            in_field = false;
+        } else if !in_field {
+            in_field = true;
+            fields += 1;
+            if fields > 5 {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Whether a raw maps line's permissions (the second field) start with `r`.
+fn readable(raw: &[u8]) -> bool {
+    raw.iter()
+        .position(|&b| b == b' ')
+        .and_then(|at| raw.get(at + 1))
+        == Some(&b'r')
+}
+
 /// Whether a mapping may be an unnamed (or otherwise named) context: readable anonymous
 /// memory or a memfd, of at least a header's size. Files, the heap and stacks are not.
 fn may_hold_hidden_context(line: &MapsLine<'_>) -> bool {
@@ -268,6 +307,23 @@ fn may_hold_hidden_context(line: &MapsLine<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn raw_lines_classified_as_the_parser_would() {
+        let lines: [&[u8]; 6] = [
+            b"7f0000000000-7f0000001000 rw-p 00000000 00:00 0 \n",
+            b"7f0000000000-7f0000001000 ---p 00000000 00:00 0",
+            b"7f0000000000-7f0000001000 rw-p 00000000 00:00 0          [anon:OTEL_CTX]\n",
+            b"7f0000000000-7f0000001000 rw-s 00000000 00:0f 123        anon_inode:bpf-map\n",
+            b"7f0000000000-7f0000001000 r--p 00000000 08:01 42         /usr/lib/libc.so.6\n",
+            b"7f0000000000-7f0000001000 r--s 00000000 00:01 7          /memfd:OTEL_CTX (deleted)\n",
+        ];
+        for raw in lines {
+            let line = MapsLine::parse(raw).expect("a maps line");
+            assert_eq!(unnamed(raw), line.name.is_empty(), "{raw:?}");
+            assert_eq!(readable(raw), line.perms[0] == b'r', "{raw:?}");
+        }
+    }
 
     #[test]
     fn near_miss_names() {
