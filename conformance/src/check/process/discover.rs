@@ -268,22 +268,13 @@ fn mentions_otel_ctx(name: &[u8]) -> bool {
         .any(|needle| lower.windows(needle.len()).any(|w| w == *needle))
 }
 
-/// Whether a raw maps line has no name (nothing after its five fields): anonymous memory.
+/// Whether a raw maps line surely has no name: anonymous memory. The kernel ends such a
+/// line with the inode and a space; every name a process can choose has a `/` (files,
+/// memfds) or a `[` (`[anon:...]`), and the kernel's own names end otherwise. A line this
+/// does not vouch for is parsed.
 fn unnamed(raw: &[u8]) -> bool {
-    let mut fields = 0;
-    let mut in_field = false;
-    for &b in raw {
-        if b == b' ' || b == b'\n' {
-            in_field = false;
-        } else if !in_field {
-            in_field = true;
-            fields += 1;
-            if fields > 5 {
-                return false;
-            }
-        }
-    }
-    true
+    memchr::memchr2(b'/', b'[', raw).is_none()
+        && raw.strip_suffix(b"\n").unwrap_or(raw).ends_with(b" ")
 }
 
 /// Whether a raw maps line's permissions (the second field) start with `r`.
@@ -320,7 +311,9 @@ mod tests {
         ];
         for raw in lines {
             let line = MapsLine::parse(raw).expect("a maps line");
-            assert_eq!(unnamed(raw), line.name.is_empty(), "{raw:?}");
+            // Vouched for as unnamed only when it is; a line it cannot vouch for is parsed.
+            assert!(!unnamed(raw) || line.name.is_empty(), "{raw:?}");
+            assert_eq!(unnamed(raw), raw.ends_with(b"0 \n"), "{raw:?}");
             assert_eq!(readable(raw), line.perms[0] == b'r', "{raw:?}");
         }
     }
