@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use otel_ctx_codec::record::RecordHeader;
 use otel_ctx_reader::tls::SlotLocation;
 use otel_ctx_reader::{
-    AccessModel, EbpfOptions, EbpfSampler, OwnedThreadContext, ThreadReader, ThreadReaderOptions,
+    AccessModel, EbpfOptions, EbpfSampler, OwnedThreadContext, ThreadContextRef, ThreadReader,
+    ThreadReaderOptions,
 };
 
 // Shared with `tls_matrix.rs`, which uses all of it (this test leaves `Printed::slot`).
@@ -50,6 +51,20 @@ impl From<&OwnedThreadContext> for Context {
     }
 }
 
+impl From<&ThreadContextRef<'_>> for Context {
+    fn from(c: &ThreadContextRef<'_>) -> Self {
+        Self {
+            record_address: c.record_address,
+            header: c.header,
+            attrs_data: c.attrs_data.to_vec(),
+            attributes: c
+                .attributes()
+                .map(|(k, v)| (k.to_owned(), String::from_utf8_lossy(v).into_owned()))
+                .collect(),
+        }
+    }
+}
+
 /// Samples with the eBPF sampler for `window`; every sample per thread (`None`: no
 /// context), named with the reader's key map.
 fn sample(
@@ -67,15 +82,7 @@ fn sample(
         while let Some((tid, context)) = sampler.next_context(reader) {
             let context = context
                 .unwrap_or_else(|e| panic!("{name}: sample of thread {tid}: {e}"))
-                .map(|c| Context {
-                    record_address: c.record_address,
-                    header: c.header,
-                    attrs_data: c.attrs_data.to_vec(),
-                    attributes: c
-                        .attributes()
-                        .map(|(k, v)| (k.to_owned(), String::from_utf8_lossy(v).into_owned()))
-                        .collect(),
-                });
+                .map(|c| Context::from(&c));
             seen.entry(tid).or_default().push(context);
         }
     }
@@ -377,15 +384,7 @@ fn sample_many(
             let (pid, tid) = (stack.pid, stack.tid);
             let context = context
                 .unwrap_or_else(|e| panic!("sample of thread {tid} of {pid}: {e}"))
-                .map(|c| Context {
-                    record_address: c.record_address,
-                    header: c.header,
-                    attrs_data: c.attrs_data.to_vec(),
-                    attributes: c
-                        .attributes()
-                        .map(|(k, v)| (k.to_owned(), String::from_utf8_lossy(v).into_owned()))
-                        .collect(),
-                });
+                .map(|c| Context::from(&c));
             seen.entry((pid, tid)).or_default().push(context);
         }
     }

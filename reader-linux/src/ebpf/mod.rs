@@ -502,11 +502,27 @@ impl EbpfSampler {
         })
     }
 
-    /// The next sample whose process has a reader in `readers`, its stack half and its
-    /// context named with that reader's key map. Samples of the other processes are
-    /// skipped.
+    /// The next sample as the ptrace path's [`ThreadReader::sample_into`] reports it:
+    /// the thread, and its context named with its process's reader's key map
+    /// (`Ok(None)`: no context). `readers` is one [`ThreadReader`] for a sampler of one
+    /// process, or any [`EbpfReaders`] (a map of readers by process id) for many;
+    /// samples of a process without a reader there are skipped.
+    /// [`next_stack_sample`](Self::next_stack_sample) says the process too.
     #[allow(clippy::type_complexity)]
-    fn next_named<'a, R: EbpfReaders + ?Sized>(
+    pub fn next_context<'a, R: EbpfReaders + ?Sized>(
+        &'a mut self,
+        readers: &'a mut R,
+    ) -> Option<(u32, Result<Option<ThreadContextRef<'a>>, SampleError>)> {
+        let (stack, context) = self.next_stack_sample(readers)?;
+        Some((stack.tid, context))
+    }
+
+    /// Like [`next_context`](Self::next_context), with the sample's process, user
+    /// registers and stack copy (and kernel frames) for a profiler: the thread, its
+    /// registers, and its context, all borrowed until the next call. Allocation-free.
+    /// Samples of processes without a reader in `readers` are skipped.
+    #[allow(clippy::type_complexity)]
+    pub fn next_stack_sample<'a, R: EbpfReaders + ?Sized>(
         &'a mut self,
         readers: &'a mut R,
     ) -> Option<(
@@ -540,35 +556,6 @@ impl EbpfSampler {
         Some((stack, context))
     }
 
-    /// The next sample as the ptrace path's [`ThreadReader::sample_into`] reports it:
-    /// the thread, and its context named with its process's reader's key map
-    /// (`Ok(None)`: no context). `readers` is one [`ThreadReader`] for a sampler of one
-    /// process, or any [`EbpfReaders`] (a map of readers by process id) for many;
-    /// samples of a process without a reader there are skipped.
-    /// [`next_stack_sample`](Self::next_stack_sample) says the process too.
-    #[allow(clippy::type_complexity)]
-    pub fn next_context<'a, R: EbpfReaders + ?Sized>(
-        &'a mut self,
-        readers: &'a mut R,
-    ) -> Option<(u32, Result<Option<ThreadContextRef<'a>>, SampleError>)> {
-        let (stack, context) = self.next_named(readers)?;
-        Some((stack.tid, context))
-    }
-
-    /// Like [`next_context`](Self::next_context), with the sample's process, user
-    /// registers and stack copy (and kernel frames) for a profiler: the thread, its
-    /// registers, and its context, all borrowed until the next call. Allocation-free.
-    #[allow(clippy::type_complexity)]
-    pub fn next_stack_sample<'a, R: EbpfReaders + ?Sized>(
-        &'a mut self,
-        readers: &'a mut R,
-    ) -> Option<(
-        EbpfStack<'a>,
-        Result<Option<ThreadContextRef<'a>>, SampleError>,
-    )> {
-        self.next_named(readers)
-    }
-
     /// Samples for `window` and reports every thread that ran meanwhile, of every
     /// process with a reader in `readers`, in process-id then thread-id order, with the
     /// context of its last sample, named as [`ThreadReader::read_all`] names them. A
@@ -584,7 +571,7 @@ impl EbpfSampler {
         loop {
             let left = end.saturating_duration_since(std::time::Instant::now());
             self.wait(left.min(Duration::from_millis(50)))?;
-            while let Some((stack, context)) = self.next_named(readers) {
+            while let Some((stack, context)) = self.next_stack_sample(readers) {
                 let context = context.map(|c| c.map(|c| c.to_owned_context()));
                 last.insert((stack.pid, stack.tid), context);
             }
