@@ -6,12 +6,14 @@
 //!    unless asked to. Only the examples: the in-process self-check expects the test
 //!    binary's symbol in `.symtab` alone, as a binary that forgot the export has it. The
 //!    library itself defines no such symbol.
-//! 2. With the `ebpf` feature, provides the BPF sampler's object (`OUT_DIR/sampler.bpf.o`,
-//!    which `src/ebpf` includes): the one checked in beside its source
-//!    (`bpf/sampler.<arch>.bpf.o`, built by `scripts/build-bpf.sh` with clang 19; CI fails
-//!    when a fresh build differs), so that no C compiler is needed to build the reader; or,
-//!    when `$OTEL_CTX_BPF_CLANG` names a clang, compiled from `bpf/sampler.bpf.c` with it
-//!    (the helper headers come from libbpf-dev).
+//! 2. With the `ebpf` feature, provides the BPF objects `src/ebpf` includes: the
+//!    sampler's (`OUT_DIR/sampler.bpf.o`) and the publication hook's
+//!    (`OUT_DIR/publications.bpf.o`). Each is the one checked in beside its source
+//!    (`bpf/sampler.<arch>.bpf.o`, `bpf/publications.bpf.o`, built by
+//!    `scripts/build-bpf.sh` with clang 19; CI fails when a fresh build differs), so that
+//!    no C compiler is needed to build the reader; or, when `$OTEL_CTX_BPF_CLANG` names a
+//!    clang, compiled from `bpf/<name>.bpf.c` with it (the helper headers come from
+//!    libbpf-dev).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -30,7 +32,6 @@ fn main() {
 }
 
 fn compile_bpf() {
-    let source = "bpf/sampler.bpf.c";
     let arch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
         Ok("x86_64") => "x86_64",
         Ok("aarch64") => "aarch64",
@@ -40,25 +41,43 @@ fn compile_bpf() {
         ),
         Err(e) => panic!("CARGO_CFG_TARGET_ARCH: {e}"),
     };
-    let checked_in = format!("bpf/sampler.{arch}.bpf.o");
+    println!("cargo:rerun-if-env-changed=OTEL_CTX_BPF_CLANG");
+    println!("cargo:rerun-if-changed=bpf/types.h");
+    // The sampler reads the kernel's task structure: one object per architecture.
+    let define = format!("-DOTEL_CTX_ARCH_{}", arch.to_uppercase());
+    provide(
+        "sampler",
+        &format!("bpf/sampler.{arch}.bpf.o"),
+        &["-target", "bpf", &define],
+    );
+    // The publication hook reads a tracepoint's record only: one little-endian object.
+    provide(
+        "publications",
+        "bpf/publications.bpf.o",
+        &["-target", "bpfel"],
+    );
+}
+
+/// Puts `OUT_DIR/<name>.bpf.o` in place: the checked-in object, or `bpf/<name>.bpf.c`
+/// compiled by `$OTEL_CTX_BPF_CLANG` with `flags`.
+fn provide(name: &str, checked_in: &str, flags: &[&str]) {
+    let source = format!("bpf/{name}.bpf.c");
     println!("cargo:rerun-if-changed={source}");
     println!("cargo:rerun-if-changed={checked_in}");
-    println!("cargo:rerun-if-env-changed=OTEL_CTX_BPF_CLANG");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"))
-        .join("sampler.bpf.o");
+        .join(format!("{name}.bpf.o"));
     let Ok(clang) = std::env::var("OTEL_CTX_BPF_CLANG") else {
-        std::fs::copy(&checked_in, &out)
+        std::fs::copy(checked_in, &out)
             .unwrap_or_else(|e| panic!("copy the BPF object {checked_in}: {e}"));
         return;
     };
-    let define = format!("-DOTEL_CTX_ARCH_{}", arch.to_uppercase());
     let here = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
     let run = Command::new(&clang)
-        .args(["-target", "bpf", "-O2", "-g", "-Wall", "-Werror"])
-        .arg(define)
+        .args(flags)
+        .args(["-O2", "-g", "-Wall", "-Werror"])
         // The object names no path of this checkout: builds anywhere give the same bytes.
         .arg(format!("-ffile-prefix-map={here}=."))
-        .args(["-c", source, "-o"])
+        .args(["-c", &source, "-o"])
         .arg(&out)
         .output();
     match run {

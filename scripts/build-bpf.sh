@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds the eBPF sampler's BPF objects checked in beside their source
-# (reader-linux/bpf/sampler.<arch>.bpf.o), with clang 19 and libbpf-dev's helper headers,
-# so that the reader builds without a C compiler.
+# Builds the BPF objects checked in beside their source, with clang 19 and libbpf-dev's
+# helper headers, so that the reader builds without a C compiler: the eBPF sampler
+# (reader-linux/bpf/sampler.<arch>.bpf.o, one per architecture: it reads the kernel's task
+# structure) and the publication hook (reader-linux/bpf/publications.bpf.o, one for both:
+# it reads only a tracepoint's record, the same on every little-endian architecture).
 #   bash scripts/build-bpf.sh          rebuild them
 #   bash scripts/build-bpf.sh --check  fail when a fresh build differs from them
 set -euo pipefail
@@ -17,10 +19,12 @@ for arch in x86_64 aarch64; do
   "$clang" -target bpf -O2 -g -Wall -Werror -D"$define" -ffile-prefix-map="$PWD"=. \
     -c bpf/sampler.bpf.c -o "$out/sampler.$arch.bpf.o"
 done
+"$clang" -target bpfel -O2 -g -Wall -Werror -ffile-prefix-map="$PWD"=. \
+  -c bpf/publications.bpf.c -o "$out/publications.bpf.o"
 if [ "${1:-}" = "--check" ]; then
-  for arch in x86_64 aarch64; do
-    if ! cmp -s "$out/sampler.$arch.bpf.o" "bpf/sampler.$arch.bpf.o"; then
-      echo "reader-linux/bpf/sampler.$arch.bpf.o is not what bpf/sampler.bpf.c builds to:" \
+  for object in sampler.x86_64 sampler.aarch64 publications; do
+    if ! cmp -s "$out/$object.bpf.o" "bpf/$object.bpf.o"; then
+      echo "reader-linux/bpf/$object.bpf.o is not what its source builds to:" \
         "run bash scripts/build-bpf.sh and commit the objects" >&2
       exit 1
     fi

@@ -58,8 +58,8 @@ pub use denied::{diagnose, Refuser};
 #[cfg(feature = "ebpf")]
 pub use ebpf::{
     EbpfCounters, EbpfError, EbpfOptions, EbpfReaders, EbpfSample, EbpfSampler, EbpfStack,
-    EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_PROCESSES, EBPF_MAX_RECORD_SIZE,
-    EBPF_MAX_STACK,
+    PublicationCounters, PublicationHook, EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES,
+    EBPF_MAX_PROCESSES, EBPF_MAX_RECORD_SIZE, EBPF_MAX_STACK,
 };
 pub use error::{Error, Malformed};
 pub use maps::{FileRange, MappedFile, ProcessMaps};

@@ -620,3 +620,113 @@ fn no_more_processes_than_room() {
     sampler.add_process(&readers[1]).expect("room again");
     assert_eq!(sampler.pids().collect::<Vec<_>>(), [readers[1].pid()]);
 }
+
+#[test]
+fn a_process_followed_for_its_stacks_only() {
+    let target = start(&busy_fixture(), &[], &[]);
+    let pid = target.child.id();
+    let tids: Vec<u32> = target.threads.iter().map(|t| t.tid).collect();
+    let options = EbpfOptions::default()
+        .with_frequency_hz(999)
+        .with_stack_size(4096);
+    let mut sampler = EbpfSampler::new(options).expect("the eBPF sampler");
+    sampler.add_process_stacks(pid).expect("room for it");
+    assert!(sampler.follows(pid));
+    assert!(sampler.process_resolution(pid).is_none());
+    // No reader for it: its samples still come, with their stacks and no context.
+    let mut readers: HashMap<u32, ThreadReader> = HashMap::new();
+    let (mut samples, end) = (0, Instant::now() + WINDOW);
+    while Instant::now() < end {
+        sampler.wait(Duration::from_millis(20)).expect("wait");
+        while let Some((stack, context)) = sampler.next_stack_sample(&mut readers) {
+            assert_eq!(stack.pid, pid);
+            assert!(!stack.stack.is_empty() && stack.registers.sp != 0);
+            assert!(matches!(context, Ok(None)), "{context:?}");
+            samples += usize::from(tids.contains(&stack.tid));
+        }
+    }
+    assert!(samples >= 20, "{samples} samples of its busy threads");
+    // Given a slot later, its contexts come with the samples, as ptrace reads them.
+    let mut reader = named_reader(&target);
+    let mut expected = HashMap::new();
+    ptrace_contexts(&target, &mut reader, &mut expected);
+    sampler
+        .set_process_resolution(pid, reader.resolution())
+        .expect("a slot now");
+    readers.insert(pid, reader);
+    let seen = sample_many(&mut sampler, &mut readers, WINDOW);
+    check_sampled(&target, &seen, &expected, "after set_process_resolution");
+}
+
+/// `prctl_names.c`, built once.
+fn prctl_names() -> std::path::PathBuf {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ebpf-prctl-names");
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/ebpf_fixtures/prctl_names.c"
+    );
+    let status = std::process::Command::new("gcc")
+        .args(["-O2", "-Wall", "-Werror", source, "-o"])
+        .arg(&out)
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "gcc {source} failed");
+    out
+}
+
+/// Runs `prctl_names` with `names` until it printed `done`; the running child.
+fn name_mappings(exe: &Path, names: &[&str]) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(exe)
+        .args(names)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start prctl_names");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .expect("read its line");
+    assert_eq!(line.trim(), "done");
+    child
+}
+
+/// The pids the hook reports within `window`.
+fn reported(hook: &mut otel_ctx_reader::PublicationHook, window: Duration) -> Vec<u32> {
+    let (mut pids, end) = (Vec::new(), Instant::now() + window);
+    while Instant::now() < end {
+        hook.wait(Duration::from_millis(20)).expect("wait");
+        while let Some(pid) = hook.next_pid() {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn the_publication_hook_reports_who_names_otel_ctx() {
+    let exe = prctl_names();
+    let mut hook = otel_ctx_reader::PublicationHook::new().unwrap_or_else(|e| {
+        panic!("the publication hook: {e} (this test needs root and tracefs mounted)")
+    });
+    // Other names, a longer one, a shorter one, and another option: not reported.
+    let mut others = name_mappings(&exe, &["OTHER", "OTEL_CTX2", "OTEL_CT", "otel_ctx"]);
+    // Then the spec's name, from a second process, and a writer publishing for real.
+    let mut named = name_mappings(&exe, &["OTEL_CTX"]);
+    let writer = start(&busy_fixture(), &[], &[]);
+    let pids = reported(&mut hook, Duration::from_millis(300));
+    let (other, named_pid) = (others.id(), named.id());
+    assert!(!pids.contains(&other), "{other} reported: {pids:?}");
+    assert!(pids.contains(&named_pid), "{named_pid} not in {pids:?}");
+    assert!(
+        pids.contains(&writer.child.id()),
+        "the writer {} not in {pids:?}",
+        writer.child.id()
+    );
+    let counters = hook.counters().expect("counters");
+    assert!(counters.sent >= 2 && counters.lost == 0, "{counters:?}");
+    for child in [&mut others, &mut named] {
+        drop(child.stdin.take());
+        child.wait().expect("wait");
+    }
+}

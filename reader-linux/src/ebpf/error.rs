@@ -46,6 +46,14 @@ pub enum EbpfError {
         /// The process id.
         pid: u32,
     },
+    /// A program could not be attached to a kernel tracepoint (the publication hook's
+    /// `syscalls/sys_enter_prctl`).
+    Tracepoint {
+        /// The tracepoint, `category/name`.
+        name: &'static str,
+        /// What the kernel (or the search for tracefs) said.
+        message: String,
+    },
 }
 
 impl fmt::Display for EbpfError {
@@ -81,6 +89,15 @@ impl fmt::Display for EbpfError {
             ),
             Self::UnknownProcess { pid } => {
                 write!(f, "the eBPF sampler does not follow process {pid}")
+            }
+            Self::Tracepoint { name, message } => {
+                write!(f, "cannot attach to the tracepoint {name}: {message}")?;
+                if message.contains("tracefs") {
+                    f.write_str(
+                        " (tracefs is not mounted: mount -t tracefs nodev /sys/kernel/tracing)",
+                    )?;
+                }
+                Ok(())
             }
         }
     }

@@ -22,6 +22,7 @@
 //! kernel that exposes BTF in `/sys/kernel/btf/vmlinux`.
 
 mod error;
+mod publications;
 mod targets;
 mod wire;
 
@@ -43,6 +44,7 @@ use error::{explain, is_permission, load_error};
 use targets::Targets;
 
 pub use error::EbpfError;
+pub use publications::{PublicationCounters, PublicationHook};
 pub use targets::EbpfReaders;
 pub use wire::{
     EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_PROCESSES, EBPF_MAX_RECORD_SIZE,
@@ -363,7 +365,25 @@ impl EbpfSampler {
                 max: self.targets.max(),
             });
         }
-        self.write_target(pid, reader.resolution().clone())
+        self.write_target(pid, Some(reader.resolution().clone()))
+    }
+
+    /// Samples process `pid`'s stacks only, with no thread context to read: for a
+    /// process that publishes a process context but exports no `otel_thread_ctx_v1`
+    /// (no [`ThreadReader`] can be opened for it), profiled with its registers and stack
+    /// alone. Its samples come out of [`next_stack_sample`](Self::next_stack_sample) with
+    /// no context (`Ok(None)`), whether or not the readers have one for it. Replaces the
+    /// entry of a process the sampler follows already;
+    /// [`set_process_resolution`](Self::set_process_resolution) later gives it a slot.
+    /// Fails with [`EbpfError::TooManyProcesses`] as
+    /// [`add_process`](Self::add_process) does.
+    pub fn add_process_stacks(&mut self, pid: u32) -> Result<(), EbpfError> {
+        if !self.targets.has_room_for(pid) {
+            return Err(EbpfError::TooManyProcesses {
+                max: self.targets.max(),
+            });
+        }
+        self.write_target(pid, None)
     }
 
     /// Stops sampling process `pid`; its samples still in the ring are dropped. Whether
@@ -388,16 +408,16 @@ impl EbpfSampler {
     ) -> Result<(), EbpfError> {
         match self.targets.get(pid) {
             None => Err(EbpfError::UnknownProcess { pid }),
-            Some(target) if target.resolution == *resolution => Ok(()),
-            Some(_) => self.write_target(pid, resolution.clone()),
+            Some(target) if target.resolution.as_ref() == Some(resolution) => Ok(()),
+            Some(_) => self.write_target(pid, Some(resolution.clone())),
         }
     }
 
     /// Writes process `pid`'s entry of the program's `targets` map, with a new
-    /// generation, and records it.
-    fn write_target(&mut self, pid: u32, resolution: Resolution) -> Result<(), EbpfError> {
+    /// generation, and records it (no resolution: its stacks only).
+    fn write_target(&mut self, pid: u32, resolution: Option<Resolution>) -> Result<(), EbpfError> {
         let generation = self.targets.next_generation();
-        let words = wire::target_words(&resolution, generation, self.max_record_size);
+        let words = wire::target_words(resolution.as_ref(), generation, self.max_record_size);
         self.targets_map
             .insert(pid, words, 0)
             .map_err(|e| EbpfError::Setup(explain(&e).0))?;
@@ -410,9 +430,16 @@ impl EbpfSampler {
         self.targets.pids()
     }
 
-    /// The resolution the program uses for process `pid`, if it follows it.
+    /// The resolution the program uses for process `pid`, if it follows it with one
+    /// (`None` too for a process followed for its stacks only,
+    /// [`add_process_stacks`](Self::add_process_stacks)).
     pub fn process_resolution(&self, pid: u32) -> Option<&Resolution> {
-        self.targets.get(pid).map(|t| &t.resolution)
+        self.targets.get(pid).and_then(|t| t.resolution.as_ref())
+    }
+
+    /// Whether the sampler follows process `pid` (with a slot, or for its stacks only).
+    pub fn follows(&self, pid: u32) -> bool {
+        self.targets.get(pid).is_some()
     }
 
     /// The process sampled: the first one added that the sampler still follows (0 when
@@ -426,8 +453,8 @@ impl EbpfSampler {
     /// # Panics
     ///
     /// When the sampler follows no process ([`new`](Self::new) without
-    /// [`add_process`](Self::add_process));
-    /// [`process_resolution`](Self::process_resolution) answers `None` instead.
+    /// [`add_process`](Self::add_process)), or follows the first one for its stacks
+    /// only; [`process_resolution`](Self::process_resolution) answers `None` instead.
     pub fn resolution(&self) -> &Resolution {
         self.process_resolution(self.pid())
             .expect("the eBPF sampler follows no process")
@@ -450,22 +477,13 @@ impl EbpfSampler {
     /// [`next_sample`](Self::next_sample) after every wait, whatever it returns, and
     /// keep `timeout` short (100 ms) for a live view.
     pub fn wait(&self, timeout: Duration) -> Result<bool, EbpfError> {
-        use rustix::event::{poll, PollFd, PollFlags, Timespec};
-        let timeout = Timespec {
-            tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        let mut fds = [PollFd::new(&self.ring, PollFlags::IN)];
-        match poll(&mut fds, Some(&timeout)) {
-            Ok(n) => Ok(n > 0),
-            Err(rustix::io::Errno::INTR) => Ok(false),
-            Err(e) => Err(EbpfError::Poll(e.into())),
-        }
+        poll_readable(&self.ring, timeout)
     }
 
     /// Copies the next entry out of the ring
     /// and decodes it; entries of a process no longer followed, or computed with an
-    /// earlier entry of its process, are skipped.
+    /// earlier entry of its process, are skipped, and so are those the program took
+    /// without a slot to look for unless the process is followed for its stacks only.
     fn next_decoded(&mut self) -> Option<wire::Decoded> {
         loop {
             {
@@ -478,7 +496,12 @@ impl EbpfSampler {
                 continue;
             };
             match self.targets.get(decoded.pid) {
-                Some(target) if target.generation == decoded.generation => return Some(decoded),
+                Some(target)
+                    if target.generation == decoded.generation
+                        && (decoded.configured || target.resolution.is_none()) =>
+                {
+                    return Some(decoded)
+                }
                 _ => {}
             }
         }
@@ -520,7 +543,9 @@ impl EbpfSampler {
     /// Like [`next_context`](Self::next_context), with the sample's process, user
     /// registers and stack copy (and kernel frames) for a profiler: the thread, its
     /// registers, and its context, all borrowed until the next call. Allocation-free.
-    /// Samples of processes without a reader in `readers` are skipped.
+    /// Samples of processes without a reader in `readers` are skipped, except those of
+    /// a process followed for its stacks only
+    /// ([`add_process_stacks`](Self::add_process_stacks)), which have no context.
     #[allow(clippy::type_complexity)]
     pub fn next_stack_sample<'a, R: EbpfReaders + ?Sized>(
         &'a mut self,
@@ -531,11 +556,10 @@ impl EbpfSampler {
     )> {
         let decoded = loop {
             let decoded = self.next_decoded()?;
-            if readers.reader_mut(decoded.pid).is_some() {
+            if !decoded.configured || readers.reader_mut(decoded.pid).is_some() {
                 break decoded;
             }
         };
-        let reader = readers.reader_mut(decoded.pid)?;
         let entry = &self.entry;
         let stack = EbpfStack {
             tid: decoded.tid,
@@ -545,11 +569,14 @@ impl EbpfSampler {
             kernel_frames: &entry[decoded.kernel_frames],
         };
         let context = match decoded.contents {
-            Ok(SlotContents::Record { address, header }) => Ok(Some(reader.name_record(
-                header,
-                address,
-                &entry[decoded.attrs],
-            ))),
+            Ok(SlotContents::Record { address, header }) => {
+                let reader = readers.reader_mut(decoded.pid)?;
+                Ok(Some(reader.name_record(
+                    header,
+                    address,
+                    &entry[decoded.attrs],
+                )))
+            }
             Ok(_) => Ok(None),
             Err(e) => Err(e),
         };
@@ -609,17 +636,34 @@ impl EbpfSampler {
 
     /// The program's counts, summed over CPUs.
     pub fn counters(&self) -> Result<EbpfCounters, EbpfError> {
-        let sum = |index: u32| -> Result<u64, EbpfError> {
-            let values = self
-                .counters
-                .get(&index, 0)
-                .map_err(|e| EbpfError::Setup(explain(&e).0))?;
-            Ok(values.iter().copied().fold(0u64, u64::wrapping_add))
-        };
         Ok(EbpfCounters {
-            ticks: sum(0)?,
-            lost: sum(1)?,
+            ticks: counter(&self.counters, 0)?,
+            lost: counter(&self.counters, 1)?,
         })
+    }
+}
+
+/// Counter `index` of a program's per-CPU counters, summed over CPUs.
+fn counter(counters: &PerCpuArray<MapData, u64>, index: u32) -> Result<u64, EbpfError> {
+    let values = counters
+        .get(&index, 0)
+        .map_err(|e| EbpfError::Setup(explain(&e).0))?;
+    Ok(values.iter().copied().fold(0u64, u64::wrapping_add))
+}
+
+/// Waits up to `timeout` for `fd` (a ring buffer) to be readable; whether it is. A
+/// signal ends the wait early, as no data.
+fn poll_readable(fd: &impl std::os::fd::AsFd, timeout: Duration) -> Result<bool, EbpfError> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let timeout = Timespec {
+        tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    match poll(&mut fds, Some(&timeout)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(EbpfError::Poll(e.into())),
     }
 }
 

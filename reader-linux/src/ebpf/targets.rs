@@ -56,8 +56,9 @@ impl EbpfReaders for Vec<ThreadReader> {
 /// One followed process.
 #[derive(Debug)]
 pub(super) struct Target {
-    /// Where the program finds its threads' slot.
-    pub resolution: Resolution,
+    /// Where the program finds its threads' slot; `None` for a process followed for its
+    /// stacks only.
+    pub resolution: Option<Resolution>,
     /// Copied into each of its samples by the program: a sample of an older entry (an
     /// earlier resolution, or an earlier process of the same id) is dropped.
     pub generation: u64,
@@ -106,7 +107,7 @@ impl Targets {
 
     /// Records `pid`'s entry, written to the program with
     /// [`next_generation`](Self::next_generation).
-    pub fn insert(&mut self, pid: u32, resolution: Resolution) {
+    pub fn insert(&mut self, pid: u32, resolution: Option<Resolution>) {
         self.generation += 1;
         let target = Target {
             resolution,
@@ -158,16 +159,17 @@ mod tests {
     fn entries_keep_their_order_and_new_generations() {
         let mut t = Targets::new(2);
         assert_eq!(t.first(), None);
-        t.insert(10, resolution(-8));
-        t.insert(20, resolution(-16));
+        t.insert(10, Some(resolution(-8)));
+        t.insert(20, None);
         assert_eq!(t.pids().collect::<Vec<_>>(), [10, 20]);
         assert!(!t.has_room_for(30) && t.has_room_for(10));
         let before = t.get(10).unwrap().generation;
         // Replacing keeps the place, with a new generation.
-        t.insert(10, resolution(-24));
+        t.insert(10, Some(resolution(-24)));
         assert_eq!(t.pids().collect::<Vec<_>>(), [10, 20]);
         assert!(t.get(10).unwrap().generation > before);
-        assert_eq!(t.get(10).unwrap().resolution, resolution(-24));
+        assert_eq!(t.get(10).unwrap().resolution, Some(resolution(-24)));
+        assert_eq!(t.get(20).unwrap().resolution, None);
         assert!(t.remove(10) && !t.remove(10));
         assert_eq!(t.first(), Some(20));
         assert!(t.has_room_for(30));

@@ -48,7 +48,8 @@ pub const EBPF_MAX_ATTRS: usize = 612;
 /// every reader's bound.
 pub const EBPF_MAX_RECORD_SIZE: usize = RECORD_HEADER_SIZE + EBPF_MAX_ATTRS;
 
-/// `MODE_OFF`: the program samples nothing for this configuration.
+/// `MODE_OFF`: no slot to look for (the program still copies the registers and stack
+/// when configured to).
 const MODE_OFF: u64 = 0;
 const MODE_TP_OFFSET: u64 = 1;
 const MODE_DTV: u64 = 2;
@@ -62,17 +63,20 @@ pub(crate) fn config_words(capture: Capture) -> [u64; CONFIG_WORDS] {
     ]
 }
 
-/// `struct ctx_target` as words: what the program needs to find one process's slot.
+/// `struct ctx_target` as words: what the program needs to find one process's slot;
+/// without a resolution, `MODE_OFF` (the process's stacks only, no slot to read).
 pub(crate) fn target_words(
-    resolution: &Resolution,
+    resolution: Option<&Resolution>,
     generation: u64,
     max_record_size: usize,
 ) -> [u64; TARGET_WORDS] {
     // The same layouts as `Resolution::slot_address`: where the DTV pointer sits relative
     // to the thread pointer, the entry size, and where the DTV's length word is.
-    let (mode, tp_offset, module_id, offset, entry_shift, bound_at) = match resolution.location {
-        SlotLocation::TpOffset(offset) => (MODE_TP_OFFSET, offset, 0, 0, 0, 0i64),
-        SlotLocation::Dtv { module_id, offset } => {
+    let location = resolution.map(|r| (r, r.location));
+    let (mode, tp_offset, module_id, offset, entry_shift, bound_at) = match location {
+        None => (MODE_OFF, 0, 0, 0, 0, 0i64),
+        Some((_, SlotLocation::TpOffset(offset))) => (MODE_TP_OFFSET, offset, 0, 0, 0, 0i64),
+        Some((resolution, SlotLocation::Dtv { module_id, offset })) => {
             match resolution.libc.dtv_layout(resolution.machine) {
                 Some(layout) => (
                     MODE_DTV,
@@ -164,6 +168,9 @@ pub(crate) struct Decoded {
     /// The thread's process.
     pub pid: u32,
     pub generation: u64,
+    /// Whether the program had a slot to look for (`false`: `MODE_OFF`, the entry of a
+    /// process followed for its stacks only, whose contents read as `Null`).
+    pub configured: bool,
     pub thread_pointer: u64,
     pub slot: Option<u64>,
     pub contents: Result<SlotContents, SampleError>,
@@ -209,7 +216,8 @@ fn fault_error(what: u32, address: u64) -> SampleError {
 }
 
 /// Decodes a ring-buffer entry; `None` for an entry that is not a sample of this
-/// program (wrong size) or one taken before the program was configured.
+/// program (wrong size or fields that disagree). An entry taken without a slot to look
+/// for (`MODE_OFF`) decodes with `configured == false`.
 pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
     if entry.len() < SAMPLE_SIZE {
         return None;
@@ -230,7 +238,7 @@ pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
     let header = || RecordHeader::read(&entry[HEADER..ATTRS]).ok();
     let mut attrs = ATTRS..ATTRS;
     let contents = match state {
-        STATE_NO_TLS_BLOCK | STATE_NULL => Ok(SlotContents::Null),
+        STATE_NO_TLS_BLOCK | STATE_NULL | STATE_NO_CONFIG => Ok(SlotContents::Null),
         STATE_INVALID => Ok(SlotContents::Invalid {
             address: record,
             valid: entry[HEADER + 24],
@@ -257,13 +265,13 @@ pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
             u32_at(entry, FAULT_WHAT),
             u64_at(entry, FAULT_ADDR),
         )),
-        STATE_NO_CONFIG => return None,
         _ => return None,
     };
     Some(Decoded {
         tid: u32_at(entry, TID),
         pid: u32_at(entry, PID),
         generation: u64_at(entry, GENERATION),
+        configured: state != STATE_NO_CONFIG,
         thread_pointer: u64_at(entry, THREAD_POINTER),
         // The program leaves 0 where no slot was computed.
         slot: (slot != 0).then_some(slot),
@@ -312,7 +320,7 @@ mod tests {
             "the stack is cut to what the program has room for"
         );
         assert_eq!(
-            target_words(&r, 3, 640),
+            target_words(Some(&r), 3, 640),
             [1, (-72i64) as u64, 0, 0, 0, 0, 3, 612]
         );
         let dtv = SlotLocation::Dtv {
@@ -325,13 +333,15 @@ mod tests {
             (Libc::Musl, Machine::X86_64, 8, 3, 0),
             (Libc::Musl, Machine::Aarch64, -8, 3, 0),
         ] {
-            let w = target_words(&resolution(dtv, libc, machine), 1, 100);
+            let w = target_words(Some(&resolution(dtv, libc, machine)), 1, 100);
             assert_eq!(
                 w,
                 [2, dtv_at as u64, 2, 16, shift, bound_at as u64, 1, 72],
                 "{libc:?} {machine:?}"
             );
         }
+        // A process followed for its stacks only: no slot to look for.
+        assert_eq!(target_words(None, 9, 640), [0, 0, 0, 0, 0, 0, 9, 612]);
     }
 
     fn entry(state: u32, header: &[u8; 28], attrs: &[u8]) -> Vec<u8> {
@@ -440,7 +450,10 @@ mod tests {
             err.contains("record header") && err.contains("0x9000"),
             "{err}"
         );
-        assert!(decode(&entry(STATE_NO_CONFIG, &header, &[]), 640).is_none());
+        assert!(d.configured);
+        // Without a slot to look for, the contents read as Null, marked unconfigured.
+        let d = decode(&entry(STATE_NO_CONFIG, &header, &[]), 640).expect("stacks only");
+        assert!(!d.configured && matches!(d.contents, Ok(SlotContents::Null)));
         assert!(decode(&entry(99, &header, &[]), 640).is_none());
     }
 }
