@@ -56,6 +56,7 @@
 mod aggregate;
 mod folded;
 mod module;
+pub mod otlp;
 mod pprof;
 mod profile;
 mod sample;
@@ -66,7 +67,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Instant, SystemTime};
 
-use otel_ctx_reader::{MappedFile, OwnedValue, ProcessMaps, Snapshot, UserRegisters};
+use otel_ctx_reader::{
+    MappedFile, OwnedKeyValue, OwnedValue, ProcessMaps, Snapshot, UserRegisters,
+};
 
 pub use aggregate::Limits;
 pub use folded::FoldedOptions;
@@ -111,6 +114,7 @@ pub struct Profiler {
     ranges: Vec<(u64, u64, u32)>,
     skipped: Vec<SkippedModule>,
     resource: Vec<(String, String)>,
+    resource_attributes: Vec<OwnedKeyValue>,
     service_name: Option<String>,
     aggregate: Aggregate,
     stats: Stats,
@@ -141,6 +145,7 @@ impl Profiler {
             ranges: Vec::new(),
             skipped: Vec::new(),
             resource: Vec::new(),
+            resource_attributes: Vec::new(),
             service_name: None,
             stats: Stats::default(),
             frames: Vec::new(),
@@ -259,8 +264,10 @@ impl Profiler {
     /// comments and labels; `None` when the process publishes none.
     pub fn set_process_context(&mut self, snapshot: Option<&Snapshot>) {
         self.resource.clear();
+        self.resource_attributes.clear();
         self.service_name = None;
         if let Some(snapshot) = snapshot {
+            self.resource_attributes = snapshot.context.resource.clone();
             self.service_name = snapshot.context.service_name().map(str::to_owned);
             self.resource = snapshot
                 .context
@@ -464,6 +471,7 @@ impl Profiler {
             pid: self.pid,
             service_name: self.service_name.clone(),
             resource: self.resource.clone(),
+            resource_attributes: self.resource_attributes.clone(),
             period_ns: self.options.period_ns,
             start: self.started,
             duration: self.started_at.elapsed(),
@@ -556,14 +564,8 @@ fn hex_digits(b: u8) -> [u8; 2] {
     [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]]
 }
 
-/// Lowercase hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes
-        .iter()
-        .flat_map(|&b| hex_digits(b))
-        .map(char::from)
-        .collect()
-}
+/// Lowercase hex of `bytes`: the codec's, the project's one definition.
+pub(crate) use otel_ctx_codec::hex::encode as hex;
 
 /// Lowercase hex of `bytes` (at most 16 of them), written into `buf` without
 /// allocating.

@@ -8,7 +8,7 @@ use std::time::UNIX_EPOCH;
 
 use prost::Message;
 
-use crate::profile::Profile;
+use crate::profile::{Profile, OVERFLOW_FUNCTION};
 
 /// The messages of pprof's `profile.proto` (github.com/google/pprof, proto3), with
 /// its field numbers.
@@ -162,9 +162,6 @@ impl Strings {
         id
     }
 }
-
-/// The frame pprof shows for the entry past the aggregate's limits.
-const OVERFLOW_FUNCTION: &str = "[overflow: past the profile's limits]";
 
 fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)

@@ -5,6 +5,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use otel_ctx_reader::OwnedKeyValue;
+
 use crate::symbolize::Symbol;
 use crate::unwind::UnwindEnd;
 
@@ -18,6 +20,8 @@ pub struct Profile {
     pub service_name: Option<String>,
     /// The process context's resource attributes, values rendered as text.
     pub resource: Vec<(String, String)>,
+    /// The same attributes with their types, as the process context carries them.
+    pub resource_attributes: Vec<OwnedKeyValue>,
     /// The sampling period in nanoseconds.
     pub period_ns: u64,
     /// When the profile started.
@@ -213,6 +217,9 @@ impl Stats {
     }
 }
 
+/// The frame the writers show for the entry past the aggregate's limits.
+pub(crate) const OVERFLOW_FUNCTION: &str = "[overflow: past the profile's limits]";
+
 /// A small profile with every kind of frame and entry, for the writers' tests.
 #[cfg(test)]
 pub(crate) fn example() -> Profile {
@@ -238,6 +245,16 @@ pub(crate) fn example() -> Profile {
         resource: vec![
             ("service.name".to_owned(), "checkout <&> \"svc\"".to_owned()),
             ("service.version".to_owned(), "1.2".to_owned()),
+        ],
+        resource_attributes: vec![
+            OwnedKeyValue {
+                key: "service.name".to_owned(),
+                value: otel_ctx_reader::OwnedValue::String("checkout <&> \"svc\"".to_owned()),
+            },
+            OwnedKeyValue {
+                key: "service.version".to_owned(),
+                value: otel_ctx_reader::OwnedValue::String("1.2".to_owned()),
+            },
         ],
         period_ns: 10_000_000,
         start: std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
