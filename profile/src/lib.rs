@@ -1,6 +1,6 @@
 //! Profiles from OpenTelemetry thread-context samples: each sample's stack unwound and
 //! symbolized in user space, labeled with its thread context, aggregated, and written as
-//! pprof, folded text or an SVG flame graph.
+//! pprof, folded text, an SVG flame graph or OTLP profiles.
 //!
 //! ```no_run
 //! # use otel_ctx_reader::{ProcessMaps, RecordBuffer, StackBuffer, ThreadReader};
@@ -39,8 +39,9 @@
 //!   no module `[unknown] 0x<address>`.
 //! - **Writers** ([`Profile`]): [`write_pprof`](Profile::write_pprof) (gzipped
 //!   `profile.proto`), [`write_folded`](Profile::write_folded) (flamegraph.pl's text),
-//!   [`write_svg`](Profile::write_svg) (inferno's flame graph), all from the same
-//!   aggregate.
+//!   [`write_svg`](Profile::write_svg) (inferno's flame graph), and
+//!   [`otlp::export_request`] (OTLP profiles, many processes in one request), all from
+//!   the same aggregate.
 //!
 //! Why addr2line and object rather than blazesym: blazesym opens and maps the paths it
 //! is given, and follows debug links into this process's file system. Here every byte

@@ -132,8 +132,15 @@ pub struct Fixture {
 impl Fixture {
     /// Starts `program` with `args` and waits for its `ready` line.
     pub fn start(program: &Path, args: &[&Path]) -> Self {
+        Self::start_with_env(program, args, &[])
+    }
+
+    /// Like [`start`](Self::start), with `env` added to its environment (such as
+    /// `OTEL_SERVICE_NAME`).
+    pub fn start_with_env(program: &Path, args: &[&Path], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
