@@ -59,12 +59,21 @@ fi
 # The read-side tool, in its default build, carries no writer: the demo service (writer,
 # tokio, the OpenTelemetry SDK) is its feature `demo`, and it exports no TLS slot.
 cli_tree=$(cargo tree -q -p otel-ctx -e normal --prefix none)
-for banned in otel-ctx-writer otel-ctx-tracing tokio opentelemetry_sdk; do
+for banned in otel-ctx-writer otel-ctx-tracing tokio; do
   if grep -q "^$banned v" <<<"$cli_tree"; then
     echo "otel-ctx's default build depends on $banned" >&2
     exit 1
   fi
 done
+# opentelemetry-proto, whose generated OTLP types the profile layer writes, names the
+# OpenTelemetry SDK as a dependency (none of its features, none of it used): the SDK is in
+# the tool's default build through it, and through nothing else.
+sdk_dependents=$(cargo tree -q -p otel-ctx -e normal -i opentelemetry_sdk --depth 1 --prefix none 2>/dev/null |
+  tail -n +2 | awk '{print $1}' | sort -u | tr '\n' ' ')
+if [ -n "$sdk_dependents" ] && [ "$sdk_dependents" != "opentelemetry-proto " ]; then
+  echo "otel-ctx's default build reaches opentelemetry_sdk through: $sdk_dependents" >&2
+  exit 1
+fi
 cargo build -q -p otel-ctx
 if nm -D --defined-only target/debug/otel-ctx | grep -q otel_thread_ctx_v1; then
   echo "otel-ctx's default build exports otel_thread_ctx_v1" >&2
@@ -129,14 +138,14 @@ cargo build -q -p otel-ctx-profile --target aarch64-unknown-linux-gnu
 step "a fresh project set up as the README says (outside the workspace, crates by path)"
 bash scripts/fresh-project.sh
 
-step "eBPF sampler (feature ebpf: root, BTF; clang 19 to check the checked-in objects)"
+step "eBPF sampler (feature ebpf: root, BTF, tracefs; clang 19 to check the checked-in objects)"
 bash scripts/build-bpf.sh --check
 cargo clippy -p otel-ctx-reader -p otel-ctx --all-targets --features otel-ctx/ebpf,otel-ctx/demo -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc -p otel-ctx-reader --features ebpf --no-deps -q
 cargo build -q -p otel-ctx-reader --features ebpf --examples
 cargo build -q -p otel-ctx-reader --features ebpf --target aarch64-unknown-linux-gnu
 run_tests cargo test -p otel-ctx-reader --features ebpf --lib --test ebpf_matrix
-run_tests cargo test -p otel-ctx --features ebpf,demo --test watch_ebpf --test profile_cli
+run_tests cargo test -p otel-ctx --features ebpf,demo --test watch_ebpf --test profile_cli --test fleet_otlp
 
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
 # Property tests under emulation: fewer cases (all 256 run natively above).

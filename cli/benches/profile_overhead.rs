@@ -17,13 +17,13 @@
 //! `OTEL_CTX_BENCH_ROUNDS` (default 5) set the window and the rounds.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Lines, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
-#[path = "../../profile/tests/support/fixture.rs"]
-mod fixture;
+mod support;
+
+use support::{cpu_seconds, Target};
 
 const OTEL_CTX: &str = env!("CARGO_BIN_EXE_otel-ctx");
 const HZ: &str = "99";
@@ -32,66 +32,6 @@ fn scratch() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("profile-overhead");
     std::fs::create_dir_all(&dir).expect("scratch directory");
     dir
-}
-
-/// The running target.
-struct Target {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-}
-
-impl Target {
-    fn start() -> Self {
-        let lib = fixture::ffi_library();
-        let exe = scratch().join("busy_routes");
-        let rpath = format!("-Wl,-rpath,{}", lib.parent().expect("dir").display());
-        fixture::gcc(&[
-            "-O2",
-            "-g",
-            "-fomit-frame-pointer",
-            "-pthread",
-            "-I",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../ffi/include"),
-            "-o",
-            exe.to_str().expect("utf-8"),
-            concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/benches/fixtures/busy_routes.c"
-            ),
-            lib.to_str().expect("utf-8"),
-            &rpath,
-        ]);
-        let mut child = Command::new(&exe)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the target");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let ready = lines.next().expect("output").expect("output");
-        assert!(ready.starts_with("ready "), "{ready}");
-        Self { child, lines }
-    }
-
-    fn pid(&self) -> String {
-        self.child.id().to_string()
-    }
-
-    /// Iterations so far, and when.
-    fn iterations(&mut self) -> (u64, Instant) {
-        let stdin = self.child.stdin.as_mut().expect("stdin");
-        stdin.write_all(b"\n").expect("ask");
-        stdin.flush().expect("flush");
-        let line = self.lines.next().expect("count").expect("count");
-        (line.trim().parse().expect("a count"), Instant::now())
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -241,45 +181,19 @@ fn stderr_file(argv: &[String]) -> PathBuf {
     scratch().join(format!("{}.stderr", program.to_string_lossy()))
 }
 
-/// User and system CPU seconds of process `pid` so far (all its threads).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the parenthesized name: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i - 3)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // SAFETY: sysconf reads a constant of the system and has no other effect.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(14) + ticks(15)) / hz
-}
-
 /// Waits for `child`; panics with its standard error if it failed. Its CPU time and
 /// peak memory.
-fn reap(mut child: Child, argv: &[String]) -> Usage {
-    let mut status = 0;
-    // SAFETY: all-zero bytes are a valid `rusage` (integers and timevals).
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: `status` and `usage` are valid for writes; `pid` is our unreaped child,
-    // which std does not wait for afterwards (its status is not polled again).
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
-    let exited = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+fn reap(child: Child, argv: &[String]) -> Usage {
+    let ended = support::wait_usage(child);
     assert!(
-        exited,
-        "{argv:?} failed (wait status {status:#x}):\n{}",
+        ended.success,
+        "{argv:?} failed (wait status {:#x}):\n{}",
+        ended.status,
         std::fs::read_to_string(stderr_file(argv)).unwrap_or_default()
     );
-    drop(child.stdin.take());
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     Usage {
-        cpu_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
-        max_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
+        cpu_s: ended.cpu_s,
+        max_rss_kib: ended.max_rss_kib,
     }
 }
 
@@ -407,7 +321,7 @@ fn main() {
         "profile_overhead: {cpu}, {} CPUs, {rounds} rounds of {secs} s windows at {HZ} Hz",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let mut target = Target::start();
+    let mut target = Target::start(&support::busy_routes(&scratch()), &[]);
     let dir = scratch();
     let mut slowdowns: BTreeMap<Sampler, Vec<f64>> = BTreeMap::new();
     let mut usage: BTreeMap<Sampler, Vec<Usage>> = BTreeMap::new();

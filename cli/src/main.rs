@@ -178,3 +178,54 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(args: &[&str]) -> Result<commands::profile::Request, clap::Error> {
+        let argv = ["otel-ctx", "profile"].iter().chain(args);
+        match Args::try_parse_from(argv)?.command {
+            Command::Profile(request) => Ok(request),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn profile_takes_a_pid_or_all() {
+        let one = profile(&["42"]).expect("a pid");
+        assert_eq!(
+            (one.pid, one.all, one.otlp.clone()),
+            (Some(42), false, None)
+        );
+        let all = profile(&["--all", "--otlp", "--duration", "0"]).expect("--all");
+        assert_eq!((all.pid, all.all), (None, true));
+        assert_eq!(all.otlp, Some(None), "--otlp without a URL");
+        assert!(all.duration.is_zero());
+        let url = profile(&["--all", "--otlp=http://c:4318"]).expect("a URL");
+        assert_eq!(url.otlp, Some(Some("http://c:4318".to_owned())));
+        assert_eq!(url.otlp_queue, 64 << 20);
+        assert!(profile(&[]).is_err(), "neither a pid nor --all");
+        assert!(profile(&["42", "--all"]).is_err(), "both");
+        assert!(profile(&["--all", "--otlp=x", "--otlp-file", "f"]).is_err());
+        assert!(profile(&["--all", "--otlp-queue", "lots"]).is_err());
+    }
+
+    /// The DaemonSet example's arguments are the tool's.
+    #[test]
+    fn the_daemonset_runs_a_command_the_tool_takes() {
+        let yaml = include_str!("../deploy/daemonset.yaml");
+        let line = yaml
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("args: ["))
+            .expect("an args line");
+        let args: Vec<&str> = line
+            .trim_end_matches(']')
+            .split(',')
+            .map(|a| a.trim().trim_matches('"'))
+            .collect();
+        assert_eq!(args[0], "profile");
+        let request = profile(&args[1..]).expect("the DaemonSet's arguments");
+        assert!(request.all && request.otlp == Some(None) && request.duration.is_zero());
+    }
+}

@@ -10,7 +10,10 @@ use otel_ctx_reader::{Error, ThreadError};
 pub mod check;
 #[cfg(feature = "demo")]
 pub mod demo;
+#[cfg(feature = "ebpf")]
+pub mod fleet;
 pub mod json;
+pub mod otlp;
 pub mod profile;
 pub mod ps;
 pub mod show;
@@ -104,24 +107,58 @@ extern "C" fn on_sigint(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
 }
 
-/// Installs a Ctrl-C handler that sets [`INTERRUPTED`], so live views end cleanly.
+/// Installs a Ctrl-C handler that sets [`INTERRUPTED`], so live views end cleanly;
+/// `SIGTERM` too, so that a service manager's stop ends them the same way.
 pub fn catch_sigint() -> Result<(), String> {
-    // SAFETY: an all-zero `sigaction` is a valid starting value; the handler only stores
-    // to an atomic, which is async-signal-safe; no SA_RESTART, so a sleeping read wakes.
+    install(libc::SIGINT, on_sigint)
+        .and_then(|()| install(libc::SIGTERM, on_sigint))
+        .map_err(|e| format!("cannot catch Ctrl-C: sigaction failed: {e}"))
+}
+
+/// Set by the `SIGUSR1` handler of `profile --all`: print the summary so far.
+#[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
+pub static SUMMARY_ASKED: AtomicBool = AtomicBool::new(false);
+
+#[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
+extern "C" fn on_sigusr1(_: libc::c_int) {
+    SUMMARY_ASKED.store(true, Ordering::Relaxed);
+}
+
+/// Installs `handler` for `signal`; no SA_RESTART, so a sleeping wait wakes.
+fn install(signal: libc::c_int, handler: extern "C" fn(libc::c_int)) -> std::io::Result<()> {
+    // SAFETY: an all-zero `sigaction` is a valid starting value; every handler given here
+    // only stores to an atomic, which is async-signal-safe.
     let rc = unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_sigint as *const () as libc::sighandler_t;
+        action.sa_sigaction = handler as *const () as libc::sighandler_t;
         libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut())
+        libc::sigaction(signal, &action, std::ptr::null_mut())
     };
     if rc == 0 {
         Ok(())
     } else {
-        Err(format!(
-            "cannot catch Ctrl-C: sigaction failed: {}",
-            std::io::Error::last_os_error()
-        ))
+        Err(std::io::Error::last_os_error())
     }
+}
+
+/// For a run that may last until it is stopped (`profile --all`, `--duration 0`):
+/// Ctrl-C and `SIGTERM` set [`INTERRUPTED`] (it ends cleanly, sending what it has), and
+/// `SIGUSR1` sets [`SUMMARY_ASKED`].
+#[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
+pub fn catch_signals() -> Result<(), String> {
+    for (signal, name, handler) in [
+        (
+            libc::SIGINT,
+            "SIGINT",
+            on_sigint as extern "C" fn(libc::c_int),
+        ),
+        (libc::SIGTERM, "SIGTERM", on_sigint),
+        (libc::SIGUSR1, "SIGUSR1", on_sigusr1),
+    ] {
+        install(signal, handler)
+            .map_err(|e| format!("cannot catch {name}: sigaction failed: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Parses `10s`, `500ms`, `2m`, `1h` or a bare number of seconds.

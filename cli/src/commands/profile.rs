@@ -27,6 +27,9 @@ use super::{catch_sigint, out, show, text, Failure, INTERRUPTED};
 /// module (a library loaded since): reading them takes the target's mmap lock.
 const MAPS_REFRESH: Duration = Duration::from_secs(1);
 
+/// `--max-processes` when not given: as many as the eBPF sampler has room for.
+pub const DEFAULT_MAX_PROCESSES: usize = 1024;
+
 /// The formats `--format` takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -54,7 +57,8 @@ impl Format {
         }
     }
 
-    const fn extension(self) -> &'static str {
+    /// The extension of its files, without the dot.
+    pub const fn extension(self) -> &'static str {
         match self {
             Self::Pprof => "pb.gz",
             Self::Folded => "folded",
@@ -66,9 +70,16 @@ impl Format {
 /// What `profile` was asked for.
 #[derive(Clone, Debug, clap::Args)]
 pub struct Request {
-    /// The process id.
-    pub pid: u32,
-    /// How long to sample, such as `10s`; Ctrl-C stops earlier and still writes.
+    /// The process id (or `--all`).
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub pid: Option<u32>,
+    /// Profile every process on the host that publishes a process context, and those
+    /// that start publishing while it runs (eBPF only). Without --otlp or --otlp-file,
+    /// writes one profile per process into the -o directory at the end.
+    #[arg(long)]
+    pub all: bool,
+    /// How long to sample, such as `10s`; 0 runs until SIGTERM or Ctrl-C. Either stops
+    /// earlier and still writes (or sends).
     #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
     pub duration: Duration,
     /// Samples per second: per CPU with eBPF, per running thread with ptrace.
@@ -98,6 +109,38 @@ pub struct Request {
     /// No progress line, and the summary on stderr (as `demo --profile` runs it).
     #[arg(long, hide = true)]
     pub quiet: bool,
+    /// Send the profiles to an OpenTelemetry Collector as OTLP profiles over HTTP/protobuf
+    /// (`POST <URL>/v1development/profiles`, gzip) every --export-interval. Without a
+    /// URL (write it `--otlp=URL`), OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or
+    /// OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318 (eBPF only).
+    #[arg(long, value_name = "URL", num_args = 0..=1, require_equals = false)]
+    pub otlp: Option<Option<String>>,
+    /// A header for every OTLP request, such as `Authorization=Bearer xyz` (repeatable;
+    /// added to OTEL_EXPORTER_OTLP_HEADERS).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub otlp_header: Vec<String>,
+    /// Append the OTLP requests to this file instead of sending them: each a 4-byte
+    /// big-endian length, then the `ExportProfilesServiceRequest` protobuf (eBPF only).
+    #[arg(long, value_name = "FILE", conflicts_with = "otlp")]
+    pub otlp_file: Option<PathBuf>,
+    /// The most memory the requests waiting for the collector may take; the oldest are
+    /// dropped (and counted) first.
+    #[arg(long, default_value = "64MiB", value_parser = super::otlp::parse_size)]
+    pub otlp_queue: usize,
+    /// How long one OTLP request may take, and the final flush (default:
+    /// OTEL_EXPORTER_OTLP_TIMEOUT, else 10s).
+    #[arg(long, value_parser = super::parse_duration, allow_negative_numbers = true)]
+    pub otlp_timeout: Option<Duration>,
+    /// How often the profiles are sent (OTLP).
+    #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
+    pub export_interval: Duration,
+    /// With --all: how often /proc is scanned for new publishers (the publication hook
+    /// finds most of them at once).
+    #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
+    pub rescan: Duration,
+    /// With --all: the most processes followed at once.
+    #[arg(long, default_value_t = DEFAULT_MAX_PROCESSES)]
+    pub max_processes: usize,
 }
 
 impl Request {
@@ -105,7 +148,16 @@ impl Request {
     #[cfg(test)]
     pub fn new(pid: u32) -> Self {
         Self {
-            pid,
+            pid: Some(pid),
+            all: false,
+            otlp: None,
+            otlp_header: Vec::new(),
+            otlp_file: None,
+            otlp_queue: 64 << 20,
+            otlp_timeout: None,
+            export_interval: Duration::from_secs(10),
+            rescan: Duration::from_secs(10),
+            max_processes: 1024,
             duration: Duration::from_secs(10),
             hz: 99,
             by: "http.route".to_owned(),
@@ -119,9 +171,30 @@ impl Request {
         }
     }
 
+    /// With `--all` (and no OTLP destination): the directory `-o` names (created if
+    /// missing; default the current one), where `profile.<pid>.<ext>` files go.
+    #[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
+    pub fn output_dir(&self) -> Result<PathBuf, Failure> {
+        let dir = self.output.clone().unwrap_or_else(|| PathBuf::from("."));
+        if dir.as_os_str() == "-" {
+            return Err(Failure::usage(
+                "-o -: with --all, -o names a directory for one file per process",
+            ));
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Failure::Unusable(format!("cannot create {}: {e}", dir.display())))?;
+        Ok(dir)
+    }
+
+    /// With `--all`: the format of the files, `--format` or pprof.
+    #[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
+    pub fn fleet_format(&self) -> Format {
+        self.format.unwrap_or(Format::Pprof)
+    }
+
     /// The output path and its format: the format asked for, else the one its name
     /// says, else pprof (and `profile.<pid>.pb.gz` when no output is named).
-    fn output(&self) -> Result<(PathBuf, Format), Failure> {
+    fn output(&self, pid: u32) -> Result<(PathBuf, Format), Failure> {
         match (&self.output, self.format) {
             (Some(path), Some(format)) => Ok((path.clone(), format)),
             (Some(path), None) if path.as_os_str() == "-" => Ok((path.clone(), Format::Folded)),
@@ -135,7 +208,7 @@ impl Request {
             (None, format) => {
                 let format = format.unwrap_or(Format::Pprof);
                 Ok((
-                    PathBuf::from(format!("profile.{}.{}", self.pid, format.extension())),
+                    PathBuf::from(format!("profile.{pid}.{}", format.extension())),
                     format,
                 ))
             }
@@ -174,8 +247,7 @@ struct Session {
 }
 
 impl Session {
-    fn open(request: &Request, filter: Filter) -> Result<Self, Failure> {
-        let pid = request.pid;
+    fn open(request: &Request, pid: u32, filter: Filter) -> Result<Self, Failure> {
         let maps = show::read_maps(pid)?;
         let reader = match ThreadReader::from_maps(&maps, ThreadReaderOptions::default()) {
             Ok(reader) => reader,
@@ -351,23 +423,33 @@ pub fn run(request: &Request) -> Result<(), Failure> {
             request.hz
         )));
     }
-    let (path, format) = request.output()?;
     let mut filter = Filter::default();
     if let Some(trace) = &request.trace {
         filter = filter.with_trace_id(trace_id(trace)?);
     }
+    let fleet = request.all || request.otlp.is_some() || request.otlp_file.is_some();
+    let pid = match request.pid {
+        Some(pid) if !fleet => pid,
+        _ => return run_fleet(request, filter),
+    };
+    let (path, format) = request.output(pid)?;
     catch_sigint().map_err(Failure::Unusable)?;
-    let mut session = Session::open(request, filter)?;
+    let mut session = Session::open(request, pid, filter)?;
     let progress = !request.quiet && std::io::stderr().is_terminal();
     let started = Instant::now();
     let period = Duration::from_secs(1) / request.hz;
     let mut next = started;
     let mut last_progress = started;
-    while started.elapsed() < request.duration && !INTERRUPTED.load(Ordering::Relaxed) {
-        let left = request.duration.saturating_sub(started.elapsed());
+    let forever = request.duration.is_zero();
+    while (forever || started.elapsed() < request.duration) && !INTERRUPTED.load(Ordering::Relaxed)
+    {
+        let left = match forever {
+            true => Duration::MAX,
+            false => request.duration.saturating_sub(started.elapsed()),
+        };
         match session.step(left.min(Duration::from_millis(100))) {
             Ok(()) => {}
-            Err(_) if otel_ctx_reader::memory::is_gone(request.pid) => break,
+            Err(_) if otel_ctx_reader::memory::is_gone(pid) => break,
             Err(e) => return Err(e),
         }
         if progress && last_progress.elapsed() >= Duration::from_millis(250) {
@@ -399,14 +481,40 @@ pub fn run(request: &Request) -> Result<(), Failure> {
     }
 }
 
+/// `--all`, or an OTLP destination: many processes (or one) from one eBPF sampler,
+/// exported as they go.
+fn run_fleet(request: &Request, filter: Filter) -> Result<(), Failure> {
+    if request.ptrace {
+        return Err(Failure::usage(
+            "--ptrace: profile --all, --otlp and --otlp-file sample with eBPF only",
+        ));
+    }
+    #[cfg(feature = "ebpf")]
+    {
+        super::fleet::run(request, filter)
+    }
+    #[cfg(not(feature = "ebpf"))]
+    {
+        let _ = filter;
+        Err(Failure::usage(
+            "this otel-ctx was built without the eBPF sampler (feature `ebpf`), which \
+             profile --all, --otlp and --otlp-file need: cargo install --path cli --features \
+             ebpf",
+        ))
+    }
+}
+
 fn progress_line(session: &Session, started: Instant, request: &Request) -> String {
     let stats = session.profiler.stats();
+    let of = match request.duration.is_zero() {
+        true => "until stopped".to_owned(),
+        false => format!("of {}", text::duration(request.duration.as_nanos() as u64)),
+    };
     format!(
-        "profiling {} ({}): {} of {}, {} samples, {} lost, {} threads",
-        request.pid,
+        "profiling {} ({}): {} {of}, {} samples, {} lost, {} threads",
+        session.reader.pid(),
         if session.is_ebpf() { "eBPF" } else { "ptrace" },
         text::duration(started.elapsed().as_nanos() as u64),
-        text::duration(request.duration.as_nanos() as u64),
         stats.samples,
         session.lost(),
         session.names.len()
@@ -414,7 +522,7 @@ fn progress_line(session: &Session, started: Instant, request: &Request) -> Stri
 }
 
 /// Writes the profile to `path` (`-`: standard output).
-fn write(
+pub fn write(
     profile: &Profile,
     format: Format,
     folded: &FoldedOptions,
@@ -495,12 +603,12 @@ mod tests {
     fn outputs_and_formats() {
         let mut r = Request::new(42);
         assert_eq!(
-            r.output().unwrap(),
+            r.output(42).unwrap(),
             (PathBuf::from("profile.42.pb.gz"), Format::Pprof)
         );
         r.format = Some(Format::Svg);
         assert_eq!(
-            r.output().unwrap(),
+            r.output(42).unwrap(),
             (PathBuf::from("profile.42.svg"), Format::Svg)
         );
         r.format = None;
@@ -511,12 +619,12 @@ mod tests {
             ("-", Format::Folded),
         ] {
             r.output = Some(PathBuf::from(name));
-            assert_eq!(r.output().unwrap().1, format, "{name}");
+            assert_eq!(r.output(42).unwrap().1, format, "{name}");
         }
         r.output = Some(PathBuf::from("cpu.data"));
-        assert!(r.output().unwrap_err().to_string().contains("--format"));
+        assert!(r.output(42).unwrap_err().to_string().contains("--format"));
         r.format = Some(Format::Pprof);
-        assert_eq!(r.output().unwrap().1, Format::Pprof);
+        assert_eq!(r.output(42).unwrap().1, Format::Pprof);
     }
 
     #[test]

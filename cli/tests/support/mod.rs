@@ -162,3 +162,16 @@ pub fn c_writer(name: &str) -> PathBuf {
     assert!(status.success(), "gcc {source} failed");
     out
 }
+
+/// The number just before the first `what` in `text` (`12 dropped`, `(3 samples`): a
+/// figure of a summary line.
+pub fn number_before(text: &str, what: &str) -> u64 {
+    let at = text
+        .find(what)
+        .unwrap_or_else(|| panic!("{what:?} in {text}"));
+    text[..at]
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.trim_start_matches('(').parse().ok())
+        .unwrap_or_else(|| panic!("a number before {what:?} in {text}"))
+}

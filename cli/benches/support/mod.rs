@@ -1,0 +1,126 @@
+//! What the tool's cost benchmarks share: their CPU-bound target, and the CPU time and
+//! memory of the processes they measure.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Lines, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Instant;
+
+#[path = "../../../profile/tests/support/fixture.rs"]
+pub mod fixture;
+
+/// Builds `benches/fixtures/busy_routes.c` (four threads under their own routes, counting
+/// iterations of arithmetic) against the C ABI as `<dir>/busy_routes`.
+pub fn busy_routes(dir: &Path) -> PathBuf {
+    let lib = fixture::ffi_library();
+    let exe = dir.join("busy_routes");
+    let rpath = format!("-Wl,-rpath,{}", lib.parent().expect("dir").display());
+    fixture::gcc(&[
+        "-O2",
+        "-g",
+        "-fomit-frame-pointer",
+        "-pthread",
+        "-I",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../ffi/include"),
+        "-o",
+        exe.to_str().expect("utf-8"),
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/fixtures/busy_routes.c"
+        ),
+        lib.to_str().expect("utf-8"),
+        &rpath,
+    ]);
+    exe
+}
+
+/// User and system CPU seconds of process `pid` so far (all its threads).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the parenthesized name: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i - 3)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf reads a constant of the system and has no other effect.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(14) + ticks(15)) / hz
+}
+
+/// How a child ended: whether it exited with 0, its wait status, its CPU seconds (user
+/// and system) and its peak memory in KiB.
+pub struct Ended {
+    pub success: bool,
+    pub status: i32,
+    pub cpu_s: f64,
+    pub max_rss_kib: u64,
+}
+
+/// Waits for `child` with `wait4`, for its resource usage.
+pub fn wait_usage(mut child: Child) -> Ended {
+    let mut status = 0;
+    // SAFETY: all-zero bytes are a valid `rusage` (integers and timevals).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: `status` and `usage` are valid for writes; `pid` is our unreaped child,
+    // which std does not wait for afterwards (its status is not polled again).
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
+    drop(child.stdin.take());
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ended {
+        success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        status,
+        cpu_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+        max_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
+    }
+}
+
+/// A running `busy_routes`; killed when dropped.
+pub struct Target {
+    pub child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Target {
+    /// Starts `exe` (`busy_routes`) with `env` added, and waits for its `ready` line.
+    pub fn start(exe: &Path, env: &[(&str, &str)]) -> Self {
+        let mut child = Command::new(exe)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the target");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let ready = lines.next().expect("output").expect("output");
+        assert!(ready.starts_with("ready "), "{ready}");
+        Self { child, lines }
+    }
+
+    /// Its process id, as a command line takes it.
+    pub fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// Iterations so far, and when.
+    pub fn iterations(&mut self) -> (u64, Instant) {
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"\n").expect("ask");
+        stdin.flush().expect("flush");
+        let line = self.lines.next().expect("count").expect("count");
+        (line.trim().parse().expect("a count"), Instant::now())
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,479 @@
+//! `otel-ctx profile --all --otlp`: every publishing process on the host profiled by one
+//! eBPF sampler and sent, as OTLP profiles over HTTP, to a receiver on 127.0.0.1 that
+//! these tests run; the requests decoded by OpenTelemetry's own Python bindings (the
+//! `opentelemetry-proto` package from PyPI, installed on first use when CI has not).
+//! Root (BPF), tracefs (the publication hook), gcc, python3 with pip.
+#![cfg(feature = "ebpf")]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod support;
+
+#[path = "../../profile/tests/support/fixture.rs"]
+mod fixture;
+
+use fixture::{build_routes, Fixture, ROUTES};
+use support::{number_before, otel_ctx};
+
+/// The fixture's threads spin on both CPUs: one test at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The `opentelemetry-proto` the requests are decoded with.
+const OTLP_PYTHON: &str = "opentelemetry-proto==1.45.2";
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fleet-otlp-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// Where the Python decoder's packages are: `$OTEL_CTX_TEST_PYTHONPATH` (CI installs
+/// them there), else installed with pip under the tests' temporary directory.
+fn python_path() -> String {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let probe = |path: &str| {
+            Command::new("python3")
+                .args([
+                    "-c",
+                    "import opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2",
+                ])
+                .env("PYTHONPATH", path)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if let Ok(path) = std::env::var("OTEL_CTX_TEST_PYTHONPATH") {
+            if probe(&path) {
+                return path;
+            }
+        }
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-otlp");
+        let path = dir.to_str().expect("UTF-8 path").to_owned();
+        if !probe(&path) {
+            let status = Command::new("python3")
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .arg("--root-user-action=ignore")
+                .arg("--target")
+                .arg(&dir)
+                .arg(OTLP_PYTHON)
+                .status()
+                .expect("run pip");
+            assert!(status.success(), "pip install {OTLP_PYTHON} failed");
+            assert!(probe(&path), "{OTLP_PYTHON} installed but not importable");
+        }
+        path
+    })
+    .clone()
+}
+
+/// Every request in `dir` (`*.pb`), decoded by the Python bindings: one JSON object per
+/// profile.
+fn decode(dir: &Path) -> Vec<serde_json::Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/otlp/decode.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(dir)
+        .env("PYTHONPATH", python_path())
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "the Python decoder refused a request:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    doc.as_array().expect("a list").clone()
+}
+
+/// What the receiver got: each request's body, un-gzipped, and when.
+#[derive(Default)]
+struct Inbox {
+    requests: Vec<(Instant, Vec<u8>)>,
+    bad: Vec<String>,
+}
+
+/// An OTLP/HTTP receiver on `listener`: answers 200 to every well-formed
+/// `POST /v1development/profiles` with a gzipped protobuf body, and records it.
+fn serve(listener: TcpListener, inbox: Arc<Mutex<Inbox>>) {
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let inbox = inbox.clone();
+            std::thread::spawn(move || handle(stream, &inbox));
+        }
+    });
+}
+
+fn handle(stream: TcpStream, inbox: &Mutex<Inbox>) {
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    loop {
+        let mut head = Vec::new();
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) if line == "\r\n" => break,
+                Ok(_) => head.push(line.trim_end().to_owned()),
+            }
+        }
+        let header = |name: &str| {
+            head.iter().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().to_owned())
+            })
+        };
+        let length: usize = header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let mut inbox = inbox.lock().unwrap();
+        let request_line = head.first().cloned().unwrap_or_default();
+        if request_line != "POST /v1development/profiles HTTP/1.1"
+            || header("content-type").as_deref() != Some("application/x-protobuf")
+            || header("content-encoding").as_deref() != Some("gzip")
+        {
+            inbox.bad.push(format!("{head:?}"));
+        }
+        let mut raw = Vec::new();
+        match flate2::read::GzDecoder::new(&body[..]).read_to_end(&mut raw) {
+            Ok(_) => inbox.requests.push((Instant::now(), raw)),
+            Err(e) => inbox.bad.push(format!("not gzip: {e}")),
+        }
+        drop(inbox);
+        let mut stream = reader.get_ref();
+        if stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n")
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Writes the requests received to `dir` as `NNN.pb`.
+fn store(inbox: &Inbox, dir: &Path) {
+    for (n, (_, body)) in inbox.requests.iter().enumerate() {
+        std::fs::write(dir.join(format!("{n:03}.pb")), body).expect("write a request");
+    }
+}
+
+/// `otel-ctx profile --all <args>`, its stderr going to a file.
+struct Tool {
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl Tool {
+    fn start(args: &[&str], dir: &Path) -> Self {
+        let stderr = dir.join("stderr.txt");
+        let child = Command::new(otel_ctx())
+            .args(["profile", "--all"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("start otel-ctx");
+        Self { child, stderr }
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on the child this test started and has not reaped.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        assert_eq!(rc, 0, "kill");
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Stops it with SIGTERM; it must exit 0 within `within`. Its stderr.
+    fn stop(mut self, within: Duration) -> String {
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                let stderr = self.stderr();
+                assert!(status.success(), "otel-ctx exited {status}:\n{stderr}");
+                return stderr;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "otel-ctx still running {within:?} after SIGTERM:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tool {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until `done` holds (checked every 100 ms), at most `within`.
+fn wait_for(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn routes_fixture() -> PathBuf {
+    build_routes("fleet-routes", &["-fno-omit-frame-pointer"])
+}
+
+/// The decoded profiles of process `pid`.
+fn of_pid(profiles: &[serde_json::Value], pid: u32) -> Vec<&serde_json::Value> {
+    profiles
+        .iter()
+        .filter(|p| p["resource"]["process.pid"].as_i64() == Some(i64::from(pid)))
+        .collect()
+}
+
+#[test]
+fn every_publisher_to_a_collector() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("collector");
+    let exe = routes_fixture();
+    let first = Fixture::start_with_env(&exe, &[], &[("OTEL_SERVICE_NAME", "fleet-first")]);
+    // A process context without thread contexts (libdatadog's writer): stacks only.
+    let libdd = Command::new(support::helper("otel-ctx-libdd-publish", &[]))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the libdd publisher");
+    let mut libdd = scopeguard(libdd);
+    let mut line = String::new();
+    BufReader::new(libdd.0.stdout.as_mut().expect("piped"))
+        .read_line(&mut line)
+        .expect("its ready line");
+    assert_eq!(line.trim(), "ready");
+
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("--otlp=http://{}", listener.local_addr().unwrap());
+    let inbox = Arc::new(Mutex::new(Inbox::default()));
+    serve(listener, inbox.clone());
+    let tool = Tool::start(&[&url, "--export-interval", "1s", "--duration", "0"], &dir);
+    // Started after the tool: the publication hook (or the next scan) finds it.
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = Fixture::start_with_env(&exe, &[], &[("OTEL_SERVICE_NAME", "fleet-second")]);
+    let second_started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let received = || inbox.lock().unwrap().requests.len();
+    let before = received();
+    // Three exports after the second started, so that it had time to be found.
+    wait_for(
+        Duration::from_secs(20),
+        "three requests after the second",
+        || received() >= before + 3,
+    );
+    tool.signal(libc::SIGUSR1);
+    let libdd_pid = libdd.0.id();
+    wait_for(Duration::from_secs(5), "the summary on SIGUSR1", || {
+        tool.stderr().contains("otel-ctx profile:")
+    });
+    let asked = tool.stderr();
+    let stderr = tool.stop(Duration::from_secs(15));
+    let inbox = inbox.lock().unwrap();
+    assert!(inbox.bad.is_empty(), "{:?}", inbox.bad);
+    store(&inbox, &dir);
+    let profiles = decode(&dir);
+
+    // The stacks-only publisher is followed, and said to be.
+    assert!(
+        asked.contains(&format!("  {libdd_pid} ")) && asked.contains("stacks only"),
+        "{asked}"
+    );
+    for (fixture, service) in [(&first, "fleet-first"), (&second, "fleet-second")] {
+        let mine = of_pid(&profiles, fixture.pid);
+        assert!(
+            !mine.is_empty(),
+            "no profile of {service} ({})",
+            fixture.pid
+        );
+        let mut by_route: BTreeMap<String, u64> = BTreeMap::new();
+        let mut traces: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut leaves: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for profile in &mine {
+            assert_eq!(profile["resource"]["service.name"], service);
+            assert_eq!(profile["scope"][0], "otel-ctx");
+            assert_eq!(profile["period_type"][0], "cpu");
+            for sample in profile["samples"].as_array().unwrap() {
+                let Some(route) = sample["attributes"]["http.route"].as_str() else {
+                    continue;
+                };
+                *by_route.entry(route.to_owned()).or_default() +=
+                    sample["values"][0].as_u64().unwrap();
+                traces
+                    .entry(route.to_owned())
+                    .or_default()
+                    .insert(sample["trace_id"].as_str().unwrap().to_owned());
+                if let Some(leaf) = sample["functions"][0].as_str() {
+                    leaves
+                        .entry(route.to_owned())
+                        .or_default()
+                        .insert(leaf.to_owned());
+                }
+                assert!(sample["attributes"]["thread.id"].is_i64(), "{sample}");
+            }
+        }
+        // Each route's samples link to its thread's trace (routes.c: 0x11 times the
+        // route's index plus one, in every byte) and unwind to its leaf.
+        for (n, (route, prefix)) in ROUTES.iter().enumerate() {
+            let samples = by_route.get(*route).copied().unwrap_or(0);
+            assert!(samples >= 5, "{service}: {samples} samples of {route}");
+            let trace = format!("{:02x}", 0x11 * (n + 1)).repeat(16);
+            assert_eq!(traces[*route], BTreeSet::from([trace]), "{service} {route}");
+            assert!(
+                leaves[*route].contains(&format!("{prefix}_leaf")),
+                "{service} {route}: leaves {:?}",
+                leaves[*route]
+            );
+        }
+    }
+    // The second's profiles start after it did.
+    for profile in of_pid(&profiles, second.pid) {
+        let end = profile["time_unix_nano"].as_u64().unwrap()
+            + profile["duration_nano"].as_u64().unwrap();
+        assert!(end >= second_started, "{profile}");
+    }
+    // Each request has one ResourceProfiles per process: never two of one process.
+    let mut per_file: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for p in &profiles {
+        per_file
+            .entry(p["file"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(p["resource"]["process.pid"].as_i64().unwrap());
+    }
+    for (file, pids) in &per_file {
+        let distinct: BTreeSet<_> = pids.iter().collect();
+        assert_eq!(distinct.len(), pids.len(), "{file}: {pids:?}");
+    }
+    assert!(stderr.contains("otlp to http://"), "{stderr}");
+    assert!(stderr.contains(" 0 dropped"), "{stderr}");
+    drop(libdd.0.stdin.take());
+    let _ = libdd.0.wait();
+}
+
+/// Kills the child on drop (a failed assertion must not leave it running).
+struct Guard(Child);
+
+fn scopeguard(child: Child) -> Guard {
+    Guard(child)
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `peak 7.9 KiB` in the summary, in bytes.
+fn queue_peak(stderr: &str) -> f64 {
+    let at = stderr.rfind("peak ").expect("a queue peak") + 5;
+    let mut words = stderr[at..].split_whitespace();
+    let number: f64 = words.next().unwrap().parse().unwrap();
+    let unit = words
+        .next()
+        .unwrap()
+        .trim_end_matches(|c: char| !c.is_alphabetic());
+    number
+        * match unit {
+            "B" => 1.0,
+            "KiB" => 1024.0,
+            "MiB" => 1024.0 * 1024.0,
+            other => panic!("unit {other}"),
+        }
+}
+
+#[test]
+fn the_collector_down_for_ten_seconds_then_up() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("down");
+    let exe = routes_fixture();
+    let fixture = Fixture::start_with_env(&exe, &[], &[("OTEL_SERVICE_NAME", "fleet-down")]);
+    // A port nothing listens on yet.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("--otlp=http://127.0.0.1:{port}");
+    // A request of one interval is about 1 KiB here: ten seconds down fill this.
+    let queue = 4 * 1024;
+    let tool = Tool::start(
+        &[
+            &url,
+            "--export-interval",
+            "1s",
+            "--otlp-queue",
+            "4KiB",
+            "--otlp-timeout",
+            "2s",
+            "--duration",
+            "0",
+        ],
+        &dir,
+    );
+    let down_from = Instant::now();
+    std::thread::sleep(Duration::from_secs(10));
+    let listener = TcpListener::bind(("127.0.0.1", port)).expect("the port again");
+    let up_at = Instant::now();
+    let inbox = Arc::new(Mutex::new(Inbox::default()));
+    serve(listener, inbox.clone());
+    // The queue goes out (the backoff is at most 30 s, but a new request comes every
+    // second and the first attempt after the last failure waits at most that long).
+    wait_for(
+        Duration::from_secs(40),
+        "requests once the collector is up",
+        || inbox.lock().unwrap().requests.len() >= 3,
+    );
+    let stderr = tool.stop(Duration::from_secs(15));
+    let inbox = inbox.lock().unwrap();
+    assert!(inbox.bad.is_empty(), "{:?}", inbox.bad);
+    store(&inbox, &dir);
+    let profiles = decode(&dir);
+    let mine = of_pid(&profiles, fixture.pid);
+    assert!(!mine.is_empty(), "no profile of the fixture");
+    // Sampling went on while the collector was down: delivered profiles cover that time.
+    let now_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let down_ns = now_ns - down_from.elapsed().as_nanos() as u64;
+    let up_ns = now_ns - up_at.elapsed().as_nanos() as u64;
+    assert!(
+        mine.iter().any(|p| {
+            let start = p["time_unix_nano"].as_u64().unwrap();
+            start >= down_ns && start < up_ns
+        }),
+        "no profile taken while the collector was down was delivered"
+    );
+    // The queue kept its bound, the oldest were dropped and counted, nothing crashed.
+    assert!(queue_peak(&stderr) <= queue as f64, "{stderr}");
+    assert!(number_before(&stderr, "dropped (") > 0, "{stderr}");
+    assert!(number_before(&stderr, "retries") > 0, "{stderr}");
+    let samples = number_before(&stderr, "samples, ");
+    assert!(samples >= 200, "{samples} samples: {stderr}");
+    drop(fixture);
+}
