@@ -108,10 +108,9 @@ impl Fleet {
         if pid == self.own_pid || self.processes.contains_key(&pid) {
             return Ok(());
         }
-        let start_time = start_time(pid).ok_or_else(|| {
-            Failure::Unusable(format!("process {pid} does not exist (or has exited)"))
-        })?;
         let maps = super::show::read_maps(pid)?;
+        let start_time = start_time(pid)
+            .ok_or_else(|| Failure::Unusable(format!("process {pid} has exited")))?;
         let mut context = ProcessContextReader::from_maps(&maps, ReaderOptions::default())?;
         let snapshot = context.read()?;
         let reader = open_reader(&maps);
