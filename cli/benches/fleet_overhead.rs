@@ -114,6 +114,7 @@ struct Measured {
     cpu_share: f64,
     max_rss_kib: u64,
     samples: u64,
+    lost: u64,
     bytes: u64,
     whole_cpu_s: f64,
 }
@@ -144,6 +145,7 @@ fn with_tool(targets: &mut [Target], secs: u64) -> Measured {
         cpu_share: (c1 - c0) / span,
         max_rss_kib,
         samples: number_before(&text, "samples, "),
+        lost: number_before(&text, " lost"),
         bytes: bytes.load(Ordering::Relaxed),
         whole_cpu_s,
     }
@@ -191,10 +193,10 @@ fn main() {
         std::thread::available_parallelism().map_or(0, usize::from)
     );
     println!(
-        "| publishing processes | targets' slowdown, median (quartiles) | tool CPU, % of one CPU | tool peak memory | samples/s | bytes sent per sample | tool CPU of a whole {}-s run |",
+        "| publishing processes | targets' slowdown, median (quartiles) | tool CPU, % of one CPU | tool peak memory | samples/s | samples lost | bytes sent per sample | tool CPU of a whole {}-s run |",
         secs + 2 * SETTLE.as_secs()
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
     for count in [1usize, 10] {
         let mut targets: Vec<Target> = (0..count)
             .map(|n| Target::start(&exe, &[("OTEL_SERVICE_NAME", &format!("fleet-bench-{n}"))]))
@@ -210,6 +212,7 @@ fn main() {
             Vec::new(),
             Vec::new(),
         );
+        let mut lost = 0;
         for _ in 0..rounds {
             let m = with_tool(&mut targets, secs);
             let after = without_tool(&mut targets, secs);
@@ -222,11 +225,12 @@ fn main() {
                 per_sample.push(m.bytes as f64 / m.samples as f64);
             }
             whole.push(m.whole_cpu_s);
+            lost += m.lost;
             before = after;
         }
         let (q1, median, q3) = quartiles(slowdowns);
         println!(
-            "| {count} | {median:+.2}% ({q1:+.2} to {q3:+.2}) | {:.2}% | {:.1} MiB | {:.0} | {:.0} | {:.2} s |",
+            "| {count} | {median:+.2}% ({q1:+.2} to {q3:+.2}) | {:.2}% | {:.1} MiB | {:.0} | {lost} | {:.0} | {:.2} s |",
             quartiles(cpu).1,
             rss as f64 / 1024.0,
             quartiles(rates).1,

@@ -5,8 +5,9 @@
 //! per process at the end).
 //!
 //! With `--all`, the processes are every process on the host that publishes a process
-//! context: those found by a scan of `/proc` at the start and every `--rescan`, and
-//! those the publication hook reports as they publish (a BPF program on `prctl`'s
+//! context: those found by a scan of `/proc` at the start and every `--rescan` (on the
+//! discovery thread of [`scout`], with the first read of each new publisher), and those
+//! the publication hook reports as they publish (a BPF program on `prctl`'s
 //! `PR_SET_VMA_ANON_NAME` call that OTEP 4719 has every writer make; it also reports
 //! updates, which are read again). A process that exits (or stops publishing) is dropped
 //! after its last samples are exported. A process that publishes a process context but
@@ -20,14 +21,15 @@ use std::time::{Duration, Instant};
 
 use otel_ctx_profile::otlp::OtlpScope;
 use otel_ctx_profile::{Filter, FoldedOptions, ModuleCache, Profile, ProfileOptions, Profiler};
-use otel_ctx_reader::{
-    ProcessContextReader, ProcessMaps, ReaderOptions, Snapshot, ThreadError, ThreadReader,
-    ThreadReaderOptions,
-};
+use otel_ctx_reader::{ProcessContextReader, ProcessMaps, ReaderOptions, Snapshot, ThreadReader};
 
 use super::otlp::{self, Exporter};
+
+mod scout;
+
 use super::profile::{Format, Request};
 use super::{text, Failure, INTERRUPTED, SUMMARY_ASKED};
+use scout::{Found, Report, Scout};
 
 /// How often, at most, one process's maps are read again on evidence (samples outside
 /// every known module, a slot that cannot be computed).
@@ -69,7 +71,6 @@ struct Counts {
     refused: u64,
     last_refusal: Option<String>,
     events: u64,
-    rescans: u64,
     samples: u64,
     with_context: u64,
     unreadable: u64,
@@ -78,6 +79,8 @@ struct Counts {
 struct Fleet {
     sampler: otel_ctx_reader::EbpfSampler,
     hook: Option<otel_ctx_reader::PublicationHook>,
+    /// The discovery thread (`--all`).
+    scout: Option<Scout>,
     readers: HashMap<u32, ThreadReader>,
     processes: HashMap<u32, Followed>,
     cache: ModuleCache,
@@ -108,12 +111,22 @@ impl Fleet {
         if pid == self.own_pid || self.processes.contains_key(&pid) {
             return Ok(());
         }
-        let maps = super::show::read_maps(pid)?;
-        let start_time = start_time(pid)
-            .ok_or_else(|| Failure::Unusable(format!("process {pid} has exited")))?;
-        let mut context = ProcessContextReader::from_maps(&maps, ReaderOptions::default())?;
-        let snapshot = context.read()?;
-        let reader = open_reader(&maps);
+        self.adopt(scout::prepare(pid)?)
+    }
+
+    /// Follows the process `found` describes (read by [`scout::prepare`]).
+    fn adopt(&mut self, found: Found) -> Result<(), Failure> {
+        let Found {
+            pid,
+            start_time,
+            maps,
+            context,
+            snapshot,
+            reader,
+        } = found;
+        if pid == self.own_pid || self.processes.contains_key(&pid) {
+            return Ok(());
+        }
         let stacks_only = reader.is_none();
         match &reader {
             Some(reader) => self.sampler.add_process(reader),
@@ -142,30 +155,25 @@ impl Fleet {
                 unreadable: 0,
             },
         );
+        if let Some(scout) = &self.scout {
+            scout.set_followed(pid, true);
+        }
         self.counts.followed += 1;
         Ok(())
     }
 
-    /// Tries to follow `pid` (a scan or an event found it); a process with no context
-    /// after all is left alone, one that cannot be followed is counted.
-    fn try_follow(&mut self, pid: u32) {
-        match self.follow(pid) {
-            Ok(()) => {}
-            Err(Failure::Finding(_)) => {}
-            Err(Failure::Unusable(why)) => {
-                if start_time(pid).is_some() {
-                    self.counts.refused += 1;
-                    self.counts.last_refusal = Some(format!("process {pid}: {why}"));
-                }
-            }
-        }
+    fn refuse(&mut self, pid: u32, why: &str) {
+        self.counts.refused += 1;
+        self.counts.last_refusal = Some(format!("process {pid}: {why}"));
     }
 
     /// Reads `pid`'s process context again after a publication event: its resource and
     /// key map may have changed, or it may publish thread contexts now.
     fn refresh(&mut self, pid: u32) {
         let Some(followed) = self.processes.get_mut(&pid) else {
-            self.try_follow(pid);
+            if let Some(scout) = &self.scout {
+                scout.look(pid);
+            }
             return;
         };
         let started = followed.start_time;
@@ -210,7 +218,7 @@ impl Fleet {
         } else if followed.stacks_only {
             let reader = ProcessMaps::read(pid)
                 .ok()
-                .and_then(|maps| open_reader(&maps));
+                .and_then(|maps| scout::open_reader(&maps));
             if let Some(reader) = reader {
                 if self
                     .sampler
@@ -232,6 +240,9 @@ impl Fleet {
         self.sampler.remove_process(pid);
         self.readers.remove(&pid);
         self.pending.remove(&pid);
+        if let Some(scout) = &self.scout {
+            scout.set_followed(pid, false);
+        }
         if exited {
             self.counts.exited += 1;
         } else {
@@ -258,28 +269,35 @@ impl Fleet {
         }
     }
 
-    /// Scans `/proc` for publishers: new ones are followed; followed ones the scan no
-    /// longer finds are read again (and dropped if they stopped publishing).
-    fn rescan(&mut self) {
-        self.counts.rescans += 1;
-        let Ok(scan) = otel_ctx_reader::scan() else {
-            return;
-        };
-        let mut seen = Vec::with_capacity(scan.entries.len());
-        for entry in scan.entries {
-            if entry.context.is_ok() {
-                seen.push(entry.pid);
-                self.try_follow(entry.pid);
-            }
+    /// Takes the discovery thread's reports: new publishers are followed; followed ones
+    /// a scan no longer found are read again (and dropped if they stopped publishing).
+    fn take_reports(&mut self) {
+        let Some(scout) = &self.scout else { return };
+        let mut reports = Vec::new();
+        while let Some(report) = scout.report() {
+            reports.push(report);
         }
-        let missing: Vec<u32> = self
-            .processes
-            .keys()
-            .copied()
-            .filter(|pid| !seen.contains(pid))
-            .collect();
-        for pid in missing {
-            self.refresh(pid);
+        for report in reports {
+            match report {
+                Report::Found(found) => {
+                    let pid = found.pid;
+                    if let Err(Failure::Unusable(why)) = self.adopt(*found) {
+                        self.refuse(pid, &why);
+                    }
+                }
+                Report::Refused(pid, why) => self.refuse(pid, &why),
+                Report::Scanned(publishers) => {
+                    let missing: Vec<u32> = self
+                        .processes
+                        .keys()
+                        .copied()
+                        .filter(|pid| !publishers.contains(pid))
+                        .collect();
+                    for pid in missing {
+                        self.refresh(pid);
+                    }
+                }
+            }
         }
     }
 
@@ -372,22 +390,6 @@ impl Fleet {
     }
 }
 
-/// A thread reader of the process whose maps are `maps`, if it publishes thread
-/// contexts (`None`: it exports no `otel_thread_ctx_v1`, or it cannot be located); a
-/// process that announces no known schema yet is still read, its attributes named by
-/// index until its key map comes.
-fn open_reader(maps: &ProcessMaps) -> Option<ThreadReader> {
-    match ThreadReader::from_maps(maps, ThreadReaderOptions::default()) {
-        Ok(reader) => Some(reader),
-        Err(ThreadError::Schema { .. }) => ThreadReader::from_maps(
-            maps,
-            ThreadReaderOptions::default().with_require_known_schema(false),
-        )
-        .ok(),
-        Err(_) => None,
-    }
-}
-
 /// Runs `profile --all` or `profile <pid> --otlp`.
 pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
     let env = otlp::ProcessEnvironment;
@@ -446,9 +448,14 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
     } else {
         None
     };
+    let scout = match request.pid {
+        Some(_) => None,
+        None => Some(Scout::start(request.rescan, std::process::id()).map_err(Failure::Unusable)?),
+    };
     let mut fleet = Fleet {
         sampler,
         hook,
+        scout,
         readers: HashMap::new(),
         processes: HashMap::new(),
         cache: ModuleCache::default(),
@@ -458,9 +465,8 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
         counts: Counts::default(),
         own_pid: std::process::id(),
     };
-    match request.pid {
-        Some(pid) => fleet.follow(pid)?,
-        None => fleet.rescan(),
+    if let Some(pid) = request.pid {
+        fleet.follow(pid)?;
     }
     let exporter = match destination {
         Some(destination) => Some(
@@ -479,13 +485,14 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
     };
     let progress = std::io::stderr().is_terminal() && !request.quiet;
     let started = Instant::now();
-    let (mut exported, mut exits, mut scanned, mut shown) = (started, started, started, started);
+    let (mut exported, mut exits, mut shown) = (started, started, started);
     let forever = request.duration.is_zero();
     while (forever || started.elapsed() < request.duration) && !INTERRUPTED.load(Ordering::Relaxed)
     {
         // A failed wait shows as no samples; the next tick waits again.
         let _ = fleet.sampler.wait(TICK);
         fleet.take_samples();
+        fleet.take_reports();
         fleet.take_events();
         fleet.refresh_maps();
         if exits.elapsed() >= EXIT_CHECK {
@@ -494,10 +501,6 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
             if request.pid.is_some() && fleet.processes.is_empty() {
                 break;
             }
-        }
-        if request.pid.is_none() && scanned.elapsed() >= request.rescan {
-            scanned = Instant::now();
-            fleet.rescan();
         }
         if let Some(exporter) = &exporter {
             if exported.elapsed() >= request.export_interval {
@@ -619,10 +622,11 @@ fn summary(fleet: &Fleet, export: Option<(String, otlp::Stats)>, started: Instan
         c.unreadable + fleet.processes.values().map(|f| f.unreadable).sum::<u64>(),
         lost,
     );
-    if fleet.hook.is_some() || c.rescans > 0 {
+    let scans = fleet.scout.as_ref().map_or(0, Scout::scans);
+    if fleet.hook.is_some() || scans > 0 {
         out.push_str(&format!(
             "discovery: {} scans of /proc, {} publication events{}\n",
-            c.rescans,
+            scans,
             c.events,
             if fleet.hook.is_some() {
                 ""
