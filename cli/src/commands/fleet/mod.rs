@@ -96,7 +96,11 @@ struct Fleet {
 /// `/proc/<pid>/stat`'s start time, in clock ticks since boot; `None` when the process
 /// is gone (or the file lies).
 fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    stat_start_time(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The start time in a `/proc/<pid>/stat` line.
+fn stat_start_time(stat: &[u8]) -> Option<u64> {
     // `pid (comm) state ppid ...`: comm may contain anything, the fields after the last
     // `)` do not. The start time is field 22, the 20th after comm.
     let close = stat.iter().rposition(|&b| b == b')')?;
@@ -686,4 +690,22 @@ fn summary(fleet: &Fleet, export: Option<(String, otlp::Stats)>, started: Instan
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_times_whatever_the_command_name() {
+        let fields = "S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 424242 19";
+        let line = format!("77 (a) R 1 2 (b)) {fields}\n");
+        assert_eq!(stat_start_time(line.as_bytes()), Some(424242));
+        assert_eq!(stat_start_time(b"77 (short) S 1 2"), None);
+        assert_eq!(stat_start_time(b"no parenthesis"), None);
+        assert_eq!(stat_start_time(&[0xff, b')', b' ', 0xfe]), None);
+        assert!(start_time(std::process::id()).is_some());
+        assert_eq!(processes(1), "1 process");
+        assert_eq!(processes(3), "3 processes");
+    }
 }
