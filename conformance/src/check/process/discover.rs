@@ -6,7 +6,7 @@
 use std::fs::File;
 
 use otel_ctx_codec::header::{ProcessContextHeader, HEADER_SIZE, SIGNATURE};
-use otel_ctx_reader::maps::{MappingName, MapsLine};
+use otel_ctx_reader::maps::{MappingName, MapsLine, RawLine};
 use otel_ctx_reader::memory::{live_thread, CopyError};
 use otel_ctx_reader::{Error, ProcessMaps};
 
@@ -184,7 +184,7 @@ impl ProcessSide {
                     if hidden.get() < MAX_PROBED || !unnamed(raw) {
                         return true;
                     }
-                    if readable(raw) {
+                    if readable(raw.bytes) {
                         hidden.set(hidden.get() + 1);
                     }
                     false
@@ -270,19 +270,20 @@ fn mentions_otel_ctx(name: &[u8]) -> bool {
 
 /// Whether a raw maps line surely has no name: anonymous memory. The kernel ends such a
 /// line with the inode and a space; every name a process can choose has a `/` (files,
-/// memfds) or a `[` (`[anon:...]`), and the kernel's own names end otherwise. A line this
-/// does not vouch for is parsed.
-fn unnamed(raw: &[u8]) -> bool {
-    memchr::memchr2(b'/', b'[', raw).is_none()
-        && raw.strip_suffix(b"\n").unwrap_or(raw).ends_with(b" ")
+/// memfds) or a `[` (`[anon:...]`), which the pass over the maps has looked for already,
+/// and the kernel's own names end otherwise. A line this does not vouch for is parsed.
+fn unnamed(raw: RawLine<'_>) -> bool {
+    !raw.slash_or_bracket
+        && raw
+            .bytes
+            .strip_suffix(b"\n")
+            .unwrap_or(raw.bytes)
+            .ends_with(b" ")
 }
 
 /// Whether a raw maps line's permissions (the second field) start with `r`.
 fn readable(raw: &[u8]) -> bool {
-    raw.iter()
-        .position(|&b| b == b' ')
-        .and_then(|at| raw.get(at + 1))
-        == Some(&b'r')
+    memchr::memchr(b' ', raw).and_then(|at| raw.get(at + 1)) == Some(&b'r')
 }
 
 /// Whether a mapping may be an unnamed (or otherwise named) context: readable anonymous
@@ -312,8 +313,9 @@ mod tests {
         for raw in lines {
             let line = MapsLine::parse(raw).expect("a maps line");
             // Vouched for as unnamed only when it is; a line it cannot vouch for is parsed.
-            assert!(!unnamed(raw) || line.name.is_empty(), "{raw:?}");
-            assert_eq!(unnamed(raw), raw.ends_with(b"0 \n"), "{raw:?}");
+            let raw_line = RawLine::new(raw);
+            assert!(!unnamed(raw_line) || line.name.is_empty(), "{raw:?}");
+            assert_eq!(unnamed(raw_line), raw.ends_with(b"0 \n"), "{raw:?}");
             assert_eq!(readable(raw), line.perms[0] == b'r', "{raw:?}");
         }
     }
