@@ -122,15 +122,33 @@ impl ProcessSide {
         Ok(())
     }
 
-    /// The 32 bytes at `addr`; `None` when they are not mapped.
-    fn read_header(&mut self, addr: u64) -> Result<Option<ProcessContextHeader>, Error> {
-        let mut bytes = [0u8; HEADER_SIZE];
-        match self.memory.read_exact(addr, &mut bytes) {
-            // 32 bytes always make a header: every bit pattern is one.
-            Ok(()) => Ok(ProcessContextHeader::read(&bytes).ok()),
-            Err(CopyError::Unmapped) => Ok(None),
-            Err(e) => Err(Error::from_copy(self.pid, e, "the header")),
+    /// The first 32 bytes of every candidate of at least that size, copied in a few
+    /// system calls (thousands of unnamed mappings may be probed); `None` where they are
+    /// not mapped.
+    fn read_headers(&mut self, lines: &mut [(Candidate, Option<Naming>)]) -> Result<(), Error> {
+        let sized: Vec<usize> = (0..lines.len())
+            .filter(|&i| {
+                let c = &lines[i].0;
+                c.end.saturating_sub(c.start) >= HEADER_SIZE as u64
+            })
+            .collect();
+        let mut bytes = vec![[0u8; HEADER_SIZE]; sized.len()];
+        let mut reads: Vec<(u64, &mut [u8])> = sized
+            .iter()
+            .zip(bytes.iter_mut())
+            .map(|(&i, buf)| (lines[i].0.start, &mut buf[..]))
+            .collect();
+        let results = self.memory.read_exact_each(&mut reads);
+        drop(reads);
+        for ((&i, result), bytes) in sized.iter().zip(results).zip(&bytes) {
+            lines[i].0.header = match result {
+                // 32 bytes always make a header: every bit pattern is one.
+                Ok(()) => ProcessContextHeader::read(bytes).ok(),
+                Err(CopyError::Unmapped) => None,
+                Err(e) => return Err(Error::from_copy(self.pid, e, "the header")),
+            };
         }
+        Ok(())
     }
 
     /// The `VmFlags` of the mapping at `start`, unless the process has so many mappings
@@ -215,11 +233,9 @@ impl ProcessSide {
             .map_err(|e| Error::from_io(pid, format!("read /proc/{pid}/maps"), e))?;
         self.unprobed = hidden.get().saturating_sub(MAX_PROBED);
         self.mappings = maps.lines;
+        self.read_headers(&mut lines)?;
         let mut found = Vec::new();
         for (mut candidate, naming) in lines {
-            if candidate.end.saturating_sub(candidate.start) >= HEADER_SIZE as u64 {
-                candidate.header = self.read_header(candidate.start)?;
-            }
             match naming {
                 Some(naming) => candidate.naming = naming,
                 None if candidate.signature_ok() => {}
