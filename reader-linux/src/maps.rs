@@ -428,10 +428,32 @@ impl ProcessMaps {
     }
 }
 
+/// One line of a maps file as a pass first sees it, before it is parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawLine<'a> {
+    /// The line, without its newline.
+    pub bytes: &'a [u8],
+    /// Whether the line has a `/` or a `[`. Every file path, every memfd name, every
+    /// `[anon:...]` or `[anon_shmem:...]` name (so every context name) and the kernel's
+    /// bracketed names have one; a line without either is unnamed memory, or one of the
+    /// kernel's few other names (`anon_inode:bpf-map`).
+    pub slash_or_bracket: bool,
+}
+
+impl<'a> RawLine<'a> {
+    /// Looks at `bytes` once for a `/` or a `[`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            slash_or_bracket: memchr::memchr2(b'/', b'[', bytes).is_some(),
+        }
+    }
+}
+
 /// A caller's look at the lines of a pass: `wants` sees each raw line and says whether
 /// `visit` should see it parsed.
 struct Visit<'v> {
-    wants: &'v mut dyn FnMut(&[u8]) -> bool,
+    wants: &'v mut dyn FnMut(RawLine<'_>) -> bool,
     visit: &'v mut dyn FnMut(&MapsLine<'_>),
 }
 
@@ -446,12 +468,23 @@ impl MapsCollector {
     /// Takes one line; `visit`, when given, sees every line parsed.
     fn line(&mut self, line: &[u8], visit: Option<&mut Visit<'_>>) -> ControlFlow<()> {
         self.maps.lines += 1;
-        let _ = collect_candidate(&mut self.maps.context_mappings, line);
-        // The visitor sees the lines it wants, parsed; the rest is for the modules. Only
-        // file paths (and the context names, found above) have a '/': a million anonymous
-        // mappings are passed over without being parsed.
-        let mut visit = visit.and_then(|v| if (v.wants)(line) { Some(v) } else { None });
-        if visit.is_none() && memchr::memchr(b'/', line).is_none() {
+        // One search per line: a line without a '/' or a '[' names neither a context nor
+        // a file, so the million anonymous mappings of a large process cost this search
+        // and nothing more.
+        let marked = memchr::memchr2(b'/', b'[', line);
+        if marked.is_some() {
+            let _ = collect_candidate(&mut self.maps.context_mappings, line);
+        }
+        // The visitor sees the lines it wants, parsed; the rest is for the modules: only
+        // file paths (and memfd names) have a '/', found from the first mark on.
+        let raw = RawLine {
+            bytes: line,
+            slash_or_bracket: marked.is_some(),
+        };
+        let mut visit = visit.and_then(|v| if (v.wants)(raw) { Some(v) } else { None });
+        let has_slash = marked
+            .is_some_and(|at| line[at] == b'/' || memchr::memchr(b'/', &line[at..]).is_some());
+        if visit.is_none() && !has_slash {
             return ControlFlow::Continue(());
         }
         let Some(parsed) = MapsLine::parse(line) else {
@@ -507,14 +540,15 @@ impl MapsScanner {
     }
 
     /// Like [`process_maps`](Self::process_maps), and shows `visit` the lines of the same
-    /// pass that `wants` asks for (it sees each raw line first), for what a caller looks
-    /// for beyond it (the checker's near-miss names and unnamed mappings). A line `wants`
-    /// turns down is not parsed for it: on a process with a million anonymous mappings,
-    /// parsing each costs as much again as reading the file.
+    /// pass that `wants` asks for (it sees each raw line first, with what the pass has
+    /// already learnt of it), for what a caller looks for beyond it (the checker's
+    /// near-miss names and unnamed mappings). A line `wants` turns down is not parsed for
+    /// it: on a process with a million anonymous mappings, parsing each costs as much
+    /// again as reading the file.
     pub fn process_maps_visiting(
         &mut self,
         pid: u32,
-        mut wants: impl FnMut(&[u8]) -> bool,
+        mut wants: impl FnMut(RawLine<'_>) -> bool,
         mut visit: impl FnMut(&MapsLine<'_>),
     ) -> io::Result<ProcessMaps> {
         let mut collector = MapsCollector::default();
@@ -640,6 +674,57 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert_eq!(found[0].len(), 4096);
         assert_eq!(found[2].name.kind, MappingKind::AnonShmem);
         assert!(!found[2].name.deleted);
+    }
+
+    #[test]
+    fn one_search_per_line_keeps_every_file_and_context() {
+        let maps = MapsScanner::new().maps_of(1, RECORDED.as_bytes()).unwrap();
+        let found = MapsScanner::new()
+            .find_context_mappings(RECORDED.as_bytes())
+            .unwrap();
+        assert_eq!(maps.context_mappings, found);
+        assert_eq!(maps.lines, RECORDED.lines().count());
+        let paths: Vec<&str> = maps.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/dev/zero",
+                "/memfd:OTEL_CTX",
+                "/memfd:OTEL_CTX",
+                "/memfd:OTEL_CTX_BACKUP",
+                "/tmp/OTEL_CTX"
+            ]
+        );
+        for line in RECORDED.lines() {
+            let raw = RawLine::new(line.as_bytes());
+            let name = MapsLine::parse(line.as_bytes()).unwrap().name;
+            assert_eq!(raw.slash_or_bracket, !name.is_empty(), "{line}");
+        }
+        assert!(!RawLine::new(b"10-20 rw-s 00000000 00:0f 12 anon_inode:bpf-map").slash_or_bracket);
+    }
+
+    #[test]
+    fn a_visiting_pass_shows_each_raw_line_once() {
+        let mut scanner = MapsScanner::new();
+        let (mut seen, mut parsed) = (Vec::new(), 0usize);
+        let maps = scanner
+            .process_maps_visiting(
+                std::process::id(),
+                |raw| {
+                    assert_eq!(raw, RawLine::new(raw.bytes));
+                    seen.push(raw.bytes.to_vec());
+                    !raw.slash_or_bracket
+                },
+                |line| {
+                    assert!(line.name.is_empty());
+                    parsed += 1;
+                },
+            )
+            .unwrap();
+        assert_eq!(seen.len(), maps.lines);
+        assert!(parsed <= seen.len());
+        // The test binary and its libraries, found though their lines were not visited.
+        assert!(maps.files.iter().any(|f| f.is_executable()));
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! Two ways, both of which fail cleanly on memory the target has not mapped (no signal,
 //! no partial garbage):
 //! - [`process_vm_readv(2)`](https://man7.org/linux/man-pages/man2/process_vm_readv.2.html):
-//!   one system call per copy, no file descriptor (the call itself is in the crate's
-//!   `sys` module: rustix has no wrapper for it).
+//!   one system call per copy (or per up to [`MAX_RANGES_PER_CALL`] small copies, with
+//!   [`ProcessMemory::read_exact_each`]), no file descriptor (the calls themselves are in
+//!   the crate's `sys` module: rustix has no wrapper for them).
 //! - [`pread(2)`](https://man7.org/linux/man-pages/man2/pread.2.html) on
 //!   [`/proc/<pid>/mem`](https://man7.org/linux/man-pages/man5/proc_pid_mem.5.html): used
 //!   when `process_vm_readv` is refused with `EPERM` or `ENOSYS` (a seccomp filter, a
@@ -23,6 +24,10 @@ use crate::sys;
 /// The smallest page size of the architectures covered (4 KiB): copies that must stop at
 /// the first unmapped page go at most this far in one step.
 const PAGE_GRANULE: u64 = 4096;
+
+/// Most ranges [`ProcessMemory::read_exact_each`] copies in one system call: the kernel's
+/// limit on the iovecs of one `process_vm_readv` (`IOV_MAX`).
+pub const MAX_RANGES_PER_CALL: usize = 1024;
 
 /// How the reader copies memory out of the target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -187,6 +192,40 @@ impl ProcessMemory {
         Ok(done)
     }
 
+    /// Fills every buffer of `reads` with the target's bytes at its address, and says how
+    /// each copy went, in the order of `reads`: each result is the one
+    /// [`read_exact`](Self::read_exact) gives for that range alone. Many small copies (the
+    /// first bytes of thousands of mappings) cost a few system calls instead of one each:
+    /// one `process_vm_readv` takes up to [`MAX_RANGES_PER_CALL`] ranges, and a range it
+    /// cannot copy whole is copied again alone, which says why. Once the process is found
+    /// gone, the ranges left are [`CopyError::Gone`] without another call.
+    pub fn read_exact_each(&self, reads: &mut [(u64, &mut [u8])]) -> Vec<Result<(), CopyError>> {
+        let mut results = Vec::with_capacity(reads.len());
+        let mut next = 0;
+        while next < reads.len() {
+            if !self.uses_proc_mem() {
+                let end = reads.len().min(next + MAX_RANGES_PER_CALL);
+                let whole = process_vm_readv_leading(self.via.get(), &mut reads[next..end]);
+                results.extend((0..whole).map(|_| Ok(())));
+                next += whole;
+            }
+            let Some((addr, buf)) = reads.get_mut(next) else {
+                break;
+            };
+            // The first range the call did not copy whole (or, through /proc/<pid>/mem,
+            // every range): alone, with every failure told apart.
+            let result = self.read_exact(*addr, buf);
+            next += 1;
+            let gone = matches!(result, Err(CopyError::Gone));
+            results.push(result);
+            if gone {
+                results.extend((next..reads.len()).map(|_| Err(CopyError::Gone)));
+                break;
+            }
+        }
+        results
+    }
+
     fn pread(&self, addr: u64, buf: &mut [u8]) -> Result<(), CopyError> {
         if self.mem.get().is_none() {
             let path = match live_thread(self.pid) {
@@ -255,6 +294,29 @@ fn process_vm_readv(pid: u32, addr: u64, buf: &mut [u8]) -> Result<(), CopyError
         n if n == buf.len() => Ok(()),
         _ => Err(CopyError::Unmapped),
     }
+}
+
+/// One `process_vm_readv` of many ranges: how many of the first ranges of `reads` it
+/// copied whole; 0 when the call failed (the first range, copied alone, says why).
+fn process_vm_readv_leading(pid: u32, reads: &mut [(u64, &mut [u8])]) -> usize {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return 0;
+    };
+    let copied = loop {
+        match sys::process_vm_readv_each(pid, reads) {
+            Ok(n) => break n,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(_) => return 0,
+        }
+    };
+    let mut end = 0usize;
+    reads
+        .iter()
+        .take_while(|(_, buf)| {
+            end = end.saturating_add(buf.len());
+            end <= copied
+        })
+        .count()
 }
 
 /// One `process_vm_readv` of one local and one remote range: the bytes copied, short
@@ -384,6 +446,70 @@ mod tests {
             mem.read_exact(addr, &mut out).unwrap();
             assert_eq!(&out[..], &data[..], "{method:?}");
         }
+    }
+
+    #[test]
+    fn many_ranges_each_as_alone() {
+        // More ranges than one call takes, mapped and not, the unmapped ones first, in
+        // the middle, across a call's boundary and last.
+        let data: Vec<u8> = (0..=255).cycle().take(3000 * 8).collect();
+        let unmapped = [
+            0usize,
+            700,
+            MAX_RANGES_PER_CALL - 1,
+            MAX_RANGES_PER_CALL,
+            2999,
+        ];
+        let addrs: Vec<u64> = (0..3000)
+            .map(|i| {
+                if unmapped.contains(&i) {
+                    8 * i as u64
+                } else {
+                    data.as_ptr() as u64 + 8 * i as u64
+                }
+            })
+            .collect();
+        for method in [
+            ReadMethod::ProcessVmReadv,
+            ReadMethod::ProcMem,
+            ReadMethod::Auto,
+        ] {
+            let mem = ProcessMemory::new(own_pid(), method);
+            let mut out = vec![[0u8; 8]; addrs.len()];
+            let mut reads: Vec<(u64, &mut [u8])> = addrs
+                .iter()
+                .zip(out.iter_mut())
+                .map(|(&addr, buf)| (addr, &mut buf[..]))
+                .collect();
+            let results = mem.read_exact_each(&mut reads);
+            assert_eq!(results.len(), addrs.len(), "{method:?}");
+            for (i, result) in results.iter().enumerate() {
+                if unmapped.contains(&i) {
+                    assert!(matches!(result, Err(CopyError::Unmapped)), "{method:?} {i}");
+                } else {
+                    assert!(result.is_ok(), "{method:?} {i}: {result:?}");
+                    assert_eq!(&out[i][..], &data[8 * i..8 * i + 8], "{method:?} {i}");
+                }
+            }
+        }
+        // Addresses past user space fail the whole call (the kernel checks every range
+        // first): each range is then copied alone.
+        let mem = ProcessMemory::new(own_pid(), ReadMethod::ProcessVmReadv);
+        let (mut a, mut b, mut c) = ([0u8; 16], [0u8; 16], [0u8; 16]);
+        let mut reads: Vec<(u64, &mut [u8])> = vec![
+            (data.as_ptr() as u64, &mut a[..]),
+            (u64::MAX - 8, &mut b[..]),
+            (1 << 63, &mut c[..]),
+        ];
+        let results = mem.read_exact_each(&mut reads);
+        assert!(
+            matches!(
+                results[..],
+                [Ok(()), Err(CopyError::Unmapped), Err(CopyError::Unmapped)]
+            ),
+            "{results:?}"
+        );
+        assert_eq!(&a[..], &data[..16]);
     }
 
     #[test]

@@ -37,6 +37,44 @@ pub(crate) fn process_vm_readv(pid: i32, remote: usize, buf: &mut [u8]) -> io::R
     }
 }
 
+/// Copies many ranges of process `pid` at once: one `process_vm_readv` whose remote
+/// iovecs are the addresses of `reads` and whose local iovecs are their buffers, in the
+/// same order (at most `IOV_MAX`, 1024, of each). Returns the bytes copied: the kernel
+/// copies the ranges in order and stops at the first it cannot copy, so the count ends
+/// inside that range or at its start. An address past `usize` fails with `EFAULT`.
+pub(crate) fn process_vm_readv_each(pid: i32, reads: &mut [(u64, &mut [u8])]) -> io::Result<usize> {
+    let mut local = Vec::with_capacity(reads.len());
+    let mut remote = Vec::with_capacity(reads.len());
+    for (addr, buf) in reads.iter_mut() {
+        let Ok(addr) = usize::try_from(*addr) else {
+            return Err(io::Error::from_raw_os_error(libc::EFAULT));
+        };
+        local.push(libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        });
+        remote.push(libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: buf.len(),
+        });
+    }
+    let Ok(count) = libc::c_ulong::try_from(local.len()) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    // SAFETY: each local iovec describes one buffer of `reads`, which the exclusive borrow
+    // keeps valid for writes, and apart from every other, for the whole call; the kernel
+    // writes nothing else of this process. The remote iovecs are only addresses in the
+    // target, which the kernel checks and never dereferences in this process. Both arrays
+    // have `count` elements; no flags, as the man page requires.
+    let n =
+        unsafe { libc::process_vm_readv(pid, local.as_ptr(), count, remote.as_ptr(), count, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 fn check(r: libc::c_long) -> io::Result<()> {
     if r == -1 {
         Err(io::Error::last_os_error())

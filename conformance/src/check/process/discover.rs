@@ -6,7 +6,7 @@
 use std::fs::File;
 
 use otel_ctx_codec::header::{ProcessContextHeader, HEADER_SIZE, SIGNATURE};
-use otel_ctx_reader::maps::{MappingName, MapsLine};
+use otel_ctx_reader::maps::{MappingName, MapsLine, RawLine};
 use otel_ctx_reader::memory::{live_thread, CopyError};
 use otel_ctx_reader::{Error, ProcessMaps};
 
@@ -122,15 +122,33 @@ impl ProcessSide {
         Ok(())
     }
 
-    /// The 32 bytes at `addr`; `None` when they are not mapped.
-    fn read_header(&mut self, addr: u64) -> Result<Option<ProcessContextHeader>, Error> {
-        let mut bytes = [0u8; HEADER_SIZE];
-        match self.memory.read_exact(addr, &mut bytes) {
-            // 32 bytes always make a header: every bit pattern is one.
-            Ok(()) => Ok(ProcessContextHeader::read(&bytes).ok()),
-            Err(CopyError::Unmapped) => Ok(None),
-            Err(e) => Err(Error::from_copy(self.pid, e, "the header")),
+    /// The first 32 bytes of every candidate of at least that size, copied in a few
+    /// system calls (thousands of unnamed mappings may be probed); `None` where they are
+    /// not mapped.
+    fn read_headers(&mut self, lines: &mut [(Candidate, Option<Naming>)]) -> Result<(), Error> {
+        let sized: Vec<usize> = (0..lines.len())
+            .filter(|&i| {
+                let c = &lines[i].0;
+                c.end.saturating_sub(c.start) >= HEADER_SIZE as u64
+            })
+            .collect();
+        let mut bytes = vec![[0u8; HEADER_SIZE]; sized.len()];
+        let mut reads: Vec<(u64, &mut [u8])> = sized
+            .iter()
+            .zip(bytes.iter_mut())
+            .map(|(&i, buf)| (lines[i].0.start, &mut buf[..]))
+            .collect();
+        let results = self.memory.read_exact_each(&mut reads);
+        drop(reads);
+        for ((&i, result), bytes) in sized.iter().zip(results).zip(&bytes) {
+            lines[i].0.header = match result {
+                // 32 bytes always make a header: every bit pattern is one.
+                Ok(()) => ProcessContextHeader::read(bytes).ok(),
+                Err(CopyError::Unmapped) => None,
+                Err(e) => return Err(Error::from_copy(self.pid, e, "the header")),
+            };
         }
+        Ok(())
     }
 
     /// The `VmFlags` of the mapping at `start`, unless the process has so many mappings
@@ -184,7 +202,7 @@ impl ProcessSide {
                     if hidden.get() < MAX_PROBED || !unnamed(raw) {
                         return true;
                     }
-                    if readable(raw) {
+                    if readable(raw.bytes) {
                         hidden.set(hidden.get() + 1);
                     }
                     false
@@ -215,11 +233,9 @@ impl ProcessSide {
             .map_err(|e| Error::from_io(pid, format!("read /proc/{pid}/maps"), e))?;
         self.unprobed = hidden.get().saturating_sub(MAX_PROBED);
         self.mappings = maps.lines;
+        self.read_headers(&mut lines)?;
         let mut found = Vec::new();
         for (mut candidate, naming) in lines {
-            if candidate.end.saturating_sub(candidate.start) >= HEADER_SIZE as u64 {
-                candidate.header = self.read_header(candidate.start)?;
-            }
             match naming {
                 Some(naming) => candidate.naming = naming,
                 None if candidate.signature_ok() => {}
@@ -270,19 +286,20 @@ fn mentions_otel_ctx(name: &[u8]) -> bool {
 
 /// Whether a raw maps line surely has no name: anonymous memory. The kernel ends such a
 /// line with the inode and a space; every name a process can choose has a `/` (files,
-/// memfds) or a `[` (`[anon:...]`), and the kernel's own names end otherwise. A line this
-/// does not vouch for is parsed.
-fn unnamed(raw: &[u8]) -> bool {
-    memchr::memchr2(b'/', b'[', raw).is_none()
-        && raw.strip_suffix(b"\n").unwrap_or(raw).ends_with(b" ")
+/// memfds) or a `[` (`[anon:...]`), which the pass over the maps has looked for already,
+/// and the kernel's own names end otherwise. A line this does not vouch for is parsed.
+fn unnamed(raw: RawLine<'_>) -> bool {
+    !raw.slash_or_bracket
+        && raw
+            .bytes
+            .strip_suffix(b"\n")
+            .unwrap_or(raw.bytes)
+            .ends_with(b" ")
 }
 
 /// Whether a raw maps line's permissions (the second field) start with `r`.
 fn readable(raw: &[u8]) -> bool {
-    raw.iter()
-        .position(|&b| b == b' ')
-        .and_then(|at| raw.get(at + 1))
-        == Some(&b'r')
+    memchr::memchr(b' ', raw).and_then(|at| raw.get(at + 1)) == Some(&b'r')
 }
 
 /// Whether a mapping may be an unnamed (or otherwise named) context: readable anonymous
@@ -312,8 +329,9 @@ mod tests {
         for raw in lines {
             let line = MapsLine::parse(raw).expect("a maps line");
             // Vouched for as unnamed only when it is; a line it cannot vouch for is parsed.
-            assert!(!unnamed(raw) || line.name.is_empty(), "{raw:?}");
-            assert_eq!(unnamed(raw), raw.ends_with(b"0 \n"), "{raw:?}");
+            let raw_line = RawLine::new(raw);
+            assert!(!unnamed(raw_line) || line.name.is_empty(), "{raw:?}");
+            assert_eq!(unnamed(raw_line), raw.ends_with(b"0 \n"), "{raw:?}");
             assert_eq!(readable(raw), line.perms[0] == b'r', "{raw:?}");
         }
     }

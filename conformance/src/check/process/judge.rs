@@ -118,26 +118,25 @@ impl ProcessSide {
     /// Judges every rule of this side into `v`.
     pub(in crate::check) fn judge(&mut self, v: &mut Verdicts, observe: Duration) {
         let Some(primary) = self.primary.clone() else {
-            v.fail(
-                RuleId::PcFound,
-                "no mapping named [anon_shmem:OTEL_CTX], [anon:OTEL_CTX] or /memfd:OTEL_CTX, \
-                 and no anonymous or memfd mapping starting with OTEL_CTX",
-            );
+            let observed = "no mapping named [anon_shmem:OTEL_CTX], [anon:OTEL_CTX] or \
+                            /memfd:OTEL_CTX, and no anonymous or memfd mapping starting with \
+                            OTEL_CTX";
+            match self.unprobed_note() {
+                Some(note) => v.fail(
+                    RuleId::PcFound,
+                    format!("{observed} among those probed ({note})"),
+                ),
+                None => v.fail(RuleId::PcFound, observed),
+            }
             v.skip_unset(&RULES, "no process context");
             return;
         };
-        if self.unprobed > 0 {
-            v.pass(
+        match self.unprobed_note() {
+            Some(note) => v.pass(
                 RuleId::PcFound,
-                format!(
-                    "{} ({} unnamed anonymous mappings past the first {MAX_PROBED} were not \
-                     probed for another header)",
-                    primary.describe(),
-                    self.unprobed
-                ),
-            );
-        } else {
-            v.pass(RuleId::PcFound, primary.describe());
+                format!("{} ({note} for another header)", primary.describe()),
+            ),
+            None => v.pass(RuleId::PcFound, primary.describe()),
         }
         self.judge_mapping(v, &primary);
         self.judge_header(v, &primary);
@@ -251,6 +250,11 @@ impl ProcessSide {
                     holders.len()
                 ),
             );
+        } else if let Some(note) = self.unprobed_note() {
+            v.pass(
+                RuleId::PcMappingSingle,
+                format!("one mapping ({note} for a second header)"),
+            );
         } else {
             v.pass(RuleId::PcMappingSingle, "one mapping");
         }
@@ -285,6 +289,17 @@ impl ProcessSide {
             ),
             Err(e) => v.skip(RuleId::PcMappingDontfork, e.clone()),
         }
+    }
+
+    /// What the probe for unnamed contexts left out, when it left anything out: only the
+    /// first [`MAX_PROBED`] anonymous or memfd mappings are copied from.
+    fn unprobed_note(&self) -> Option<String> {
+        (self.unprobed > 0).then(|| {
+            format!(
+                "{} past the first {MAX_PROBED} were not probed",
+                plural(self.unprobed, "anonymous or memfd mapping")
+            )
+        })
     }
 
     fn judge_header(&self, v: &mut Verdicts, primary: &Candidate) {
@@ -893,6 +908,45 @@ mod tests {
         side.judge_mapping(&mut v, c);
         side.judge_header(&mut v, c);
         v
+    }
+
+    #[test]
+    fn rules_that_rest_on_the_probe_say_what_it_left_out() {
+        let mut side = ProcessSide::open(std::process::id()).expect("own process");
+        side.unprobed = 5000;
+        let mut v = Verdicts::new();
+        side.judge(&mut v, Duration::ZERO);
+        let (status, observed) = verdict(&v, RuleId::PcFound);
+        assert_eq!(status, Status::Fail, "{observed}");
+        assert!(
+            observed.ends_with(
+                "among those probed (5000 anonymous or memfd mappings past the first 4096 \
+                 were not probed)"
+            ),
+            "{observed}"
+        );
+
+        let good = candidate("/memfd:OTEL_CTX (deleted)", b"rw-p", 2);
+        side.candidates = vec![good.clone()];
+        side.primary = Some(good);
+        let mut v = Verdicts::new();
+        side.judge(&mut v, Duration::ZERO);
+        for rule in [RuleId::PcFound, RuleId::PcMappingSingle] {
+            let (status, observed) = verdict(&v, rule);
+            assert_eq!(status, Status::Pass, "{rule}: {observed}");
+            assert!(
+                observed.contains(
+                    "5000 anonymous or memfd mappings past the first 4096 were not probed"
+                ),
+                "{rule}: {observed}"
+            );
+        }
+
+        // Everything probed: nothing to add.
+        side.unprobed = 0;
+        let mut v = Verdicts::new();
+        side.judge(&mut v, Duration::ZERO);
+        assert_eq!(verdict(&v, RuleId::PcMappingSingle).1, "one mapping");
     }
 
     #[test]
