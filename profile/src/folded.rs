@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use crate::profile::Profile;
+use crate::profile::{Profile, OVERFLOW_FUNCTION};
 
 /// How folded stacks and flame graphs group samples.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,9 +33,6 @@ impl FoldedOptions {
         self
     }
 }
-
-/// The frame for the entry past the aggregate's limits.
-const OVERFLOW_FRAME: &str = "[overflow: past the profile's limits]";
 
 /// `name` as one frame of a folded line: no `;` (the separator), no line breaks or
 /// other control characters, not empty.
@@ -88,7 +85,7 @@ impl Profile {
                         }
                     }
                 }
-                None => push(OVERFLOW_FRAME),
+                None => push(OVERFLOW_FUNCTION),
             }
             if line.is_empty() {
                 line.push_str("(empty)");

@@ -371,20 +371,24 @@ impl Dictionary {
     }
 
     /// The attributes of a label set: every label but the trace and span ids (which
-    /// are the link), `thread.id` as an int.
+    /// are the link), `thread.id` as an int. A key comes once, as the format requires of
+    /// a sample's attributes: a record that repeats a key, or names one `thread.id`,
+    /// keeps its first value.
     fn sample_attributes(&mut self, labels: &LabelSet) -> Vec<i32> {
-        labels
-            .labels
-            .iter()
-            .filter(|(k, _)| k != "trace_id" && k != "span_id")
-            .map(|(k, v)| {
-                let value = match (k.as_str(), v.parse::<i64>()) {
-                    (names::THREAD_ID, Ok(n)) => Value::Int(n),
-                    _ => Value::Str(v.clone()),
-                };
-                self.attribute(k, value)
-            })
-            .collect()
+        let mut keys: Vec<&str> = Vec::with_capacity(labels.labels.len());
+        let mut indices = Vec::with_capacity(labels.labels.len());
+        for (k, v) in &labels.labels {
+            if k == "trace_id" || k == "span_id" || keys.contains(&k.as_str()) {
+                continue;
+            }
+            keys.push(k);
+            let value = match (k.as_str(), v.parse::<i64>()) {
+                (names::THREAD_ID, Ok(n)) => Value::Int(n),
+                _ => Value::Str(v.clone()),
+            };
+            indices.push(self.attribute(k, value));
+        }
+        indices
     }
 
     fn profile(&mut self, profile: &Profile) -> otlp::Profile {

@@ -314,6 +314,13 @@ fn odd_profiles_stay_well_formed() {
     // points past the stacks and label sets, and no entries at all in another.
     p.resource_attributes.clear();
     p.label_sets[0].labels[0].1 = "not hex".to_owned();
+    // A record that repeats a key, and one named as the thread's id.
+    p.label_sets[0]
+        .labels
+        .push(("http.route".to_owned(), "/again".to_owned()));
+    p.label_sets[0]
+        .labels
+        .insert(2, ("thread.id".to_owned(), "not a number".to_owned()));
     p.entries.push(Entry {
         stack: Some(99),
         labels: 99,
@@ -336,6 +343,12 @@ fn odd_profiles_stay_well_formed() {
         samples[0].link_index, 0,
         "a trace id that is not hex: no link"
     );
+    // Each key once, its first value.
+    let attrs = attributes(d, &samples[0]);
+    let keys: Vec<&str> = attrs.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["thread.id", "http.route", "thread.name"]);
+    assert_eq!(text(&attrs[0].1), Some("not a number"));
+    assert_eq!(text(&attrs[1].1), Some("/cart"));
     let last = samples.last().unwrap();
     assert_eq!((last.stack_index, last.link_index), (0, 0));
     assert!(last.attribute_indices.is_empty());
