@@ -13,7 +13,7 @@
 //! apart, from a run of the same length measured whole.
 //!
 //! `cargo bench -p otel-ctx --features ebpf --bench fleet_overhead` as root.
-//! `OTEL_CTX_BENCH_WINDOW_S` (default 5) and `OTEL_CTX_BENCH_ROUNDS` (default 4) set the
+//! `OTEL_CTX_BENCH_WINDOW_S` (default 10) and `OTEL_CTX_BENCH_ROUNDS` (default 6) set the
 //! window and the rounds.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -106,7 +106,7 @@ fn reap(child: Child, stderr: &PathBuf) -> (f64, u64, String) {
 }
 
 /// The tool's own settling time around the measured span.
-const SETTLE: Duration = Duration::from_secs(2);
+const SETTLE: Duration = Duration::from_secs(4);
 
 /// What one window with the tool measured.
 struct Measured {
@@ -176,8 +176,8 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let secs = env_u64("OTEL_CTX_BENCH_WINDOW_S", 5);
-    let rounds = env_u64("OTEL_CTX_BENCH_ROUNDS", 4);
+    let secs = env_u64("OTEL_CTX_BENCH_WINDOW_S", 10);
+    let rounds = env_u64("OTEL_CTX_BENCH_ROUNDS", 6);
     let exe = support::busy_routes(&scratch());
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()

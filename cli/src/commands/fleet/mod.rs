@@ -666,7 +666,7 @@ fn summary(fleet: &Fleet, export: Option<(String, otlp::Stats)>, started: Instan
     if let Some((to, s)) = export {
         let per_sample = match s.sent_samples {
             0 => String::new(),
-            n => format!(", {} bytes a sample", s.sent_bytes / n),
+            n => format!(", {:.1} bytes a sample", s.sent_bytes as f64 / n as f64),
         };
         out.push_str(&format!(
             "otlp to {to}: {} requests built, {} sent ({}, {} samples{per_sample}), {} retries, {} \
