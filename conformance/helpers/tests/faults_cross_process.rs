@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use otel_ctx_codec::attrs::AttrsIter;
+use otel_ctx_conformance_helpers::open_thread_reader;
 use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
 use otel_ctx_reader::tls::{read_stopped, SlotState, StoppedThread};
 use otel_ctx_reader::{AccessModel, PtraceError, SampleError};
@@ -235,7 +236,7 @@ fn target_killed_while_a_thread_is_held_stopped() {
     let mut target = Target::start(&["--threads", "2"]);
     let pid = target.pid();
     let (_, tid) = target.writers[0];
-    let reader = ThreadReader::open(pid).expect("open the thread reader");
+    let reader = open_thread_reader(pid, SETTLE).expect("open the thread reader");
     let memory = ProcessMemory::new(pid, ReadMethod::Auto);
 
     let stopped = StoppedThread::stop(tid).expect("stop the writer");
@@ -270,7 +271,7 @@ fn target_exits_while_a_thread_is_held_stopped() {
     let mut target = Target::start(&["--threads", "2"]);
     let pid = target.pid();
     let (_, tid) = target.writers[1];
-    let reader = ThreadReader::open(pid).expect("open the thread reader");
+    let reader = open_thread_reader(pid, SETTLE).expect("open the thread reader");
     let memory = ProcessMemory::new(pid, ReadMethod::Auto);
 
     let stopped = StoppedThread::stop(tid).expect("stop the writer");
@@ -320,7 +321,7 @@ fn target_killed_mid_read() {
         let threads = {
             let (reads, killed) = (thread_reads.clone(), killed.clone());
             std::thread::spawn(move || {
-                let mut reader = ThreadReader::open(pid).expect("open");
+                let mut reader = open_thread_reader(pid, SETTLE).expect("open the thread reader");
                 for i in 0u64.. {
                     let (index, tid) = writers[(i % writers.len() as u64) as usize];
                     match reader.read_thread(tid) {
@@ -381,7 +382,7 @@ fn target_killed_mid_read() {
 fn threads_exiting_while_they_are_read() {
     let target = Target::start(&["--threads", "1", "--churn"]);
     let pid = target.pid();
-    let mut reader = ThreadReader::open(pid).expect("open the thread reader");
+    let mut reader = open_thread_reader(pid, SETTLE).expect("open the thread reader");
     let started = Instant::now();
     let (mut churn_records, mut churn_empty, mut gone) = (0u64, 0u64, 0u64);
     let mut churn_threads = std::collections::BTreeSet::new();
@@ -442,7 +443,7 @@ fn another_tracer_is_denied_and_not_disturbed() {
     let other = tracer.pid();
     assert_eq!(tracer_pid(pid, traced), Some(other));
 
-    let mut reader = ThreadReader::open(pid).expect("open the thread reader");
+    let mut reader = open_thread_reader(pid, SETTLE).expect("open the thread reader");
     let ran_before = run_time(pid, traced);
     let e = reader
         .read_thread(traced)
@@ -499,7 +500,7 @@ fn reader_killed_while_it_holds_a_thread_stopped() {
     assert_eq!(tracer_pid(pid, tid), Some(holder.pid()));
 
     // A second reader meanwhile: denied, and the thread stays as the first one holds it.
-    let mut reader = ThreadReader::open(pid).expect("open the thread reader");
+    let mut reader = open_thread_reader(pid, SETTLE).expect("open the thread reader");
     let e = reader.read_thread(tid).expect_err("held by another reader");
     assert!(
         matches!(&e, SampleError::Ptrace(PtraceError::Traced { tracer, .. }) if *tracer == holder.pid()),

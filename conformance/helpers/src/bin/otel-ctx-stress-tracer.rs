@@ -13,7 +13,9 @@
 //!   or `thread <tid> error <message>`.
 
 use std::io::{Read, Write};
+use std::time::Duration;
 
+use otel_ctx_conformance_helpers::open_thread_reader;
 use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
 use otel_ctx_reader::tls::{read_stopped, StoppedThread};
 use otel_ctx_reader::{ProcessContextReader, ThreadReader};
@@ -40,7 +42,8 @@ fn number(arg: Option<String>, what: &str) -> u32 {
 }
 
 fn hold(pid: u32, tid: u32) {
-    let reader = ThreadReader::open(pid).unwrap_or_else(|e| fail("open the thread reader", e));
+    let reader = open_thread_reader(pid, Duration::from_secs(20))
+        .unwrap_or_else(|e| fail("open the thread reader", e));
     let stopped = StoppedThread::stop(tid).unwrap_or_else(|e| fail("stop the thread", e));
     let memory = ProcessMemory::new(pid, ReadMethod::Auto);
     let sample = read_stopped(&stopped, reader.resolution(), &memory, 640)
