@@ -3,8 +3,9 @@
 # processes come and go? Three publishers (the `busy_routes` bench target: four threads
 # under their own routes) run throughout, a fourth is started and stopped every CHURN
 # seconds, and a receiver on 127.0.0.1 takes the requests (a request every 10 s). Every
-# SAMPLE seconds the script prints the tool's resident memory (VmRSS) and peak (VmHWM);
-# at the end, the tool's own summary (SIGUSR1, then SIGTERM and its final flush).
+# SAMPLE seconds (read between churns, so no more often than CHURN) the script prints the
+# tool's resident memory (VmRSS) and peak (VmHWM); at the end, the tool's own summary
+# (SIGUSR1, then SIGTERM and its final flush).
 #
 #   scripts/soak.sh [MINUTES]     MINUTES: how long (default 60)
 #
@@ -14,17 +15,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# positive NAME VALUE: exits with a usage message unless VALUE is a positive whole number.
+positive() {
+  if ! [[ "$2" =~ ^[1-9][0-9]*$ ]]; then
+    echo "usage: scripts/soak.sh [MINUTES]   ($1 must be a positive whole number, not '$2')" >&2
+    exit 2
+  fi
+}
 minutes=${1:-60}
-if ! [[ "$minutes" =~ ^[1-9][0-9]*$ ]]; then
-  echo "usage: scripts/soak.sh [MINUTES]   (MINUTES: a positive number, default 60)" >&2
-  exit 2
-fi
+churn=${CHURN:-20}
+sample=${SAMPLE:-60}
+positive MINUTES "$minutes"
+positive CHURN "$churn"
+positive SAMPLE "$sample"
 if [ "$(id -u)" != 0 ]; then
   echo "soak.sh: profile --all samples with eBPF; run as root" >&2
   exit 2
 fi
-churn=${CHURN:-20}
-sample=${SAMPLE:-60}
 dir=${SOAK_DIR:-$(mktemp -d /tmp/otel-ctx-soak.XXXXXX)}
 mkdir -p "$dir"
 target_dir=${CARGO_TARGET_DIR:-$PWD/target}
