@@ -14,6 +14,8 @@
 
 use std::fmt;
 
+use crate::procfs;
+
 /// `CAP_SYS_PTRACE`'s bit in the capability sets.
 const CAP_SYS_PTRACE: u32 = 19;
 
@@ -87,22 +89,6 @@ impl fmt::Display for Refuser {
     }
 }
 
-/// A `Cap*:` set of a `/proc/<pid>/status` file, as a bit mask.
-fn cap_set(status: &str, field: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-}
-
-/// The first id of a `Uid:` (real) line.
-fn real_uid(status: &str) -> Option<u32> {
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().next()?.parse().ok())
-}
-
 /// The names of the capabilities whose bits are in `mask`.
 fn cap_names(mask: u64) -> Vec<String> {
     const NAMES: [&str; 41] = [
@@ -160,9 +146,9 @@ fn cap_names(mask: u64) -> Vec<String> {
 /// Works out what refused this reader access to process `pid`, from `/proc` (its
 /// `status` and `uid_map`, readable by anyone) and Yama's setting.
 pub fn diagnose(pid: u32) -> Refuser {
-    let own = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let theirs = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let own_effective = cap_set(&own, "CapEff:").unwrap_or(0);
+    let own = procfs::status("self").unwrap_or_default();
+    let theirs = procfs::status(&pid.to_string()).unwrap_or_default();
+    let own_effective = own.capabilities("CapEff").unwrap_or(0);
     let has_ptrace = own_effective & (1 << CAP_SYS_PTRACE) != 0;
     let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .ok()
@@ -191,10 +177,10 @@ pub fn diagnose(pid: u32) -> Refuser {
         return Refuser::SecurityModule(modules);
     }
     let own_uid = rustix::process::getuid().as_raw();
-    if real_uid(&theirs).is_some_and(|uid| uid != own_uid) {
+    if theirs.real_uid().is_some_and(|uid| uid != own_uid) {
         return Refuser::OtherUser;
     }
-    let extra = cap_set(&theirs, "CapPrm:").unwrap_or(0) & !own_effective;
+    let extra = theirs.capabilities("CapPrm").unwrap_or(0) & !own_effective;
     if extra != 0 {
         return Refuser::MoreCapabilities(cap_names(extra));
     }
@@ -207,14 +193,8 @@ pub fn diagnose(pid: u32) -> Refuser {
 mod tests {
     use super::*;
 
-    const STATUS: &str = "Name:\tapp\nUid:\t1000\t1000\t1000\t1000\nCapPrm:\t0000000001000000\nCapEff:\t000001fffeffffff\n";
-
     #[test]
-    fn status_fields() {
-        assert_eq!(cap_set(STATUS, "CapPrm:"), Some(1 << 24));
-        assert_eq!(cap_set(STATUS, "CapEff:"), Some(0x1ff_feff_ffff));
-        assert_eq!(cap_set(STATUS, "CapBnd:"), None);
-        assert_eq!(real_uid(STATUS), Some(1000));
+    fn capability_names() {
         assert_eq!(
             cap_names(1 << 24 | 1 << 19),
             ["cap_sys_ptrace", "cap_sys_resource"]

@@ -46,13 +46,10 @@ mod error;
 pub mod files;
 pub mod maps;
 pub mod memory;
-mod reader;
-mod scan;
-pub mod seqlock;
-mod stack;
+pub mod process;
+pub mod procfs;
 mod sys;
-mod threads;
-pub mod tls;
+pub mod thread;
 
 pub use denied::{diagnose, Refuser};
 #[cfg(feature = "ebpf")]
@@ -67,18 +64,18 @@ pub use maps::{FileRange, MappedFile, ProcessMaps};
 pub use otel_ctx_codec::owned::{
     OwnedKeyValue, OwnedProcessContext, OwnedValue, Threadlocal, THREADLOCAL_KEYS,
 };
-pub use reader::{
-    boottime_ns, read_process_context, ProcessContextReader, ReaderOptions, Snapshot,
-    DEFAULT_MAX_ATTEMPTS,
+pub use process::{
+    boottime_ns, read_process_context, scan, scan_with, seqlock, ProcessContextReader,
+    ReaderOptions, Scan, ScanEntry, Snapshot, DEFAULT_MAX_ATTEMPTS,
 };
-pub use scan::{comm, pids, scan, scan_with, thread_ids, Scan, ScanEntry};
-pub use stack::{StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
-pub use threads::{
+pub use procfs::{comm, pids, thread_ids};
+pub use thread::tls::{
+    AccessModel, Libc, Machine, PtraceError, Resolution, SampleError, SkipReason, SkippedModule,
+    SymbolTable, TlsError,
+};
+pub use thread::{tls, StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
+pub use thread::{
     OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
     ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,
     KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL,
-};
-pub use tls::{
-    AccessModel, Libc, Machine, PtraceError, Resolution, SampleError, SkipReason, SkippedModule,
-    SymbolTable, TlsError,
 };

@@ -19,7 +19,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use crate::sys;
+use crate::{procfs, sys};
 
 /// The smallest page size of the architectures covered (4 KiB): copies that must stop at
 /// the first unmapped page go at most this far in one step.
@@ -348,16 +348,16 @@ fn process_vm_readv_prefix(pid: u32, addr: u64, buf: &mut [u8]) -> Result<usize,
 /// exiting and so is every thread it had. A process whose main thread has exited while
 /// other threads run (the kernel then shows its leader as a zombie) is not gone.
 pub fn is_gone(pid: u32) -> bool {
-    match task_state(&format!("/proc/{pid}/stat")) {
-        TaskState::Missing => true,
-        TaskState::Live => false,
-        TaskState::Exited => live_thread(pid).is_none(),
+    match procfs::stat(pid) {
+        None => true,
+        Some(stat) if stat.has_exited() => live_thread(pid).is_none(),
+        Some(_) => false,
     }
 }
 
 /// Whether thread `tid` has exited (or is exiting), whatever its process's other threads do.
 pub(crate) fn thread_is_gone(tid: u32) -> bool {
-    task_state(&format!("/proc/{tid}/stat")) != TaskState::Live
+    procfs::any_task_stat(tid).is_none_or(|stat| stat.has_exited())
 }
 
 /// A thread of process `pid` that has not exited: the process's own id while its main
@@ -368,57 +368,17 @@ pub(crate) fn thread_is_gone(tid: u32) -> bool {
 /// `mem`) show nothing, while the same files of a live thread,
 /// `/proc/<pid>/task/<tid>/...`, show the shared address space.
 pub fn live_thread(pid: u32) -> Option<u32> {
-    if task_state(&format!("/proc/{pid}/stat")) == TaskState::Live {
+    let live = |stat: Option<procfs::Stat>| stat.is_some_and(|s| !s.has_exited());
+    if live(procfs::stat(pid)) {
         return Some(pid);
     }
-    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+    procfs::thread_ids(pid)
         .ok()?
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    tids.into_iter().find(|&tid| {
-        tid != pid && task_state(&format!("/proc/{pid}/task/{tid}/stat")) == TaskState::Live
-    })
+        .into_iter()
+        .find(|&tid| tid != pid && live(procfs::task_stat(pid, tid)))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TaskState {
-    /// No such entry.
-    Missing,
-    /// A zombie, or exiting (`PF_EXITING`).
-    Exited,
-    /// Running, sleeping, stopped...
-    Live,
-}
-
-/// `PF_EXITING` in the flags of a `stat` file: the task is tearing itself down (its
-/// memory may already be gone) and is about to become a zombie.
-const PF_EXITING: u64 = 0x4;
-
-fn task_state(stat_path: &str) -> TaskState {
-    let Ok(stat) = std::fs::read(stat_path) else {
-        return TaskState::Missing;
-    };
-    // `pid (comm) state ppid pgrp session tty_nr tpgid flags ...`: comm may contain
-    // anything, so the fields are counted from the last ')'.
-    let Some(close) = stat.iter().rposition(|&b| b == b')') else {
-        return TaskState::Missing;
-    };
-    let fields = String::from_utf8_lossy(&stat[close + 1..]);
-    let mut fields = fields.split_ascii_whitespace();
-    let state = fields.next();
-    let flags = fields
-        .nth(5)
-        .and_then(|f| f.parse::<u64>().ok())
-        .unwrap_or(0);
-    if matches!(state, Some("Z" | "X" | "x") | None) || flags & PF_EXITING != 0 {
-        TaskState::Exited
-    } else {
-        TaskState::Live
-    }
-}
-
-impl crate::tls::TargetMemory for ProcessMemory {
+impl crate::thread::tls::TargetMemory for ProcessMemory {
     fn read_exact_at(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
         self.read_exact(addr, buf).map_err(io::Error::from)
     }

@@ -325,11 +325,9 @@ impl Session {
 
     /// The name of thread `tid`, read once.
     fn name(names: &mut HashMap<u32, String>, pid: u32, tid: u32) -> &str {
-        names.entry(tid).or_insert_with(|| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                .map(|n| n.trim_end().to_owned())
-                .unwrap_or_default()
-        })
+        names
+            .entry(tid)
+            .or_insert_with(|| otel_ctx_reader::procfs::thread_name(pid, tid))
     }
 
     /// One step: up to `wait` of eBPF samples, or one ptrace round.
@@ -405,14 +403,7 @@ impl Session {
 /// Whether thread `tid` is running or ready to run (`R` in its `stat`): what a CPU
 /// profile samples.
 fn running(pid: u32, tid: u32) -> bool {
-    let Ok(stat) = std::fs::read(format!("/proc/{pid}/task/{tid}/stat")) else {
-        return false;
-    };
-    // `tid (comm) state ...`: comm may contain anything.
-    stat.iter()
-        .rposition(|&b| b == b')')
-        .and_then(|close| stat.get(close + 2))
-        == Some(&b'R')
+    otel_ctx_reader::procfs::task_stat(pid, tid).is_some_and(|stat| stat.is_running())
 }
 
 /// Runs `profile`.

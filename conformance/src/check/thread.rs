@@ -725,9 +725,9 @@ fn judge_exporter_schema(content: Option<&Content>) -> (Status, String) {
 
 /// `thread <tid> (<name>)`, as failures name a thread.
 fn label(pid: u32, tid: u32) -> String {
-    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) {
-        Ok(name) => format!("thread {tid} ({})", name.trim_end()),
-        Err(_) => format!("thread {tid}"),
+    match otel_ctx_reader::procfs::thread_name(pid, tid) {
+        name if name.is_empty() => format!("thread {tid}"),
+        name => format!("thread {tid} ({name})"),
     }
 }
 

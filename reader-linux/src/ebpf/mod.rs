@@ -36,9 +36,9 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::PerfEvent;
 use aya::{Ebpf, EbpfLoader};
 
-use crate::stack::UserRegisters;
-use crate::threads::{ThreadContextRef, ThreadReader, ThreadReport};
-use crate::tls::{Resolution, SampleError, SlotContents};
+use crate::thread::reader::{ThreadContextRef, ThreadReader, ThreadReport};
+use crate::thread::stack::UserRegisters;
+use crate::thread::tls::{Resolution, SampleError, SlotContents};
 
 use error::{explain, is_permission, load_error};
 use targets::Targets;
@@ -177,7 +177,7 @@ pub struct EbpfSample<'a> {
     /// The slot's address (`None` when the thread has no TLS block for the module, or the
     /// walk to the slot failed).
     pub slot: Option<u64>,
-    /// What the slot held: as [`crate::tls::read_slot_into`] reports it (a thread without a
+    /// What the slot held: as [`crate::thread::tls::read_slot_into`] reports it (a thread without a
     /// TLS block for the module reads as `Null`), or why it could not be read.
     pub contents: Result<SlotContents, SampleError>,
     /// The attrs-data of a valid record (empty otherwise).
@@ -610,12 +610,12 @@ impl EbpfSampler {
             .into_iter()
             .filter_map(|((pid, tid), context)| {
                 // Gone since its sample: left out, as `read_all` leaves out exited threads.
-                let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
-                Some(ThreadReport {
-                    tid,
-                    name: name.trim_end().to_owned(),
-                    context,
-                })
+                let name = crate::procfs::thread_name(pid, tid);
+                // Gone since its sample: no name to read.
+                if name.is_empty() {
+                    return None;
+                }
+                Some(ThreadReport { tid, name, context })
             })
             .collect())
     }

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 
-use crate::threads::ThreadReader;
-use crate::tls::Resolution;
+use crate::thread::reader::ThreadReader;
+use crate::thread::tls::Resolution;
 
 /// The thread readers that name an [`EbpfSampler`](super::EbpfSampler)'s samples: the
 /// reader of a sample's process is found by the sample's process id. One
@@ -141,7 +141,7 @@ impl Targets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tls::{AccessModel, Libc, Machine, SlotLocation, SymbolTable};
+    use crate::thread::tls::{AccessModel, Libc, Machine, SlotLocation, SymbolTable};
 
     fn resolution(offset: i64) -> Resolution {
         Resolution {

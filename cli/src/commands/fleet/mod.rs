@@ -93,20 +93,7 @@ struct Fleet {
     own_pid: u32,
 }
 
-/// `/proc/<pid>/stat`'s start time, in clock ticks since boot; `None` when the process
-/// is gone (or the file lies).
-fn start_time(pid: u32) -> Option<u64> {
-    stat_start_time(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
-}
-
-/// The start time in a `/proc/<pid>/stat` line.
-fn stat_start_time(stat: &[u8]) -> Option<u64> {
-    // `pid (comm) state ppid ...`: comm may contain anything, the fields after the last
-    // `)` do not. The start time is field 22, the 20th after comm.
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
-}
+use otel_ctx_reader::procfs::start_time;
 
 impl Fleet {
     /// Starts following process `pid`, which must publish a process context; an error
@@ -343,11 +330,10 @@ impl Fleet {
             self.counts.samples += 1;
             self.counts.with_context += u64::from(context.is_some());
             let pid = stack.pid;
-            let name = followed.names.entry(stack.tid).or_insert_with(|| {
-                std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", stack.tid))
-                    .map(|n| n.trim_end().to_owned())
-                    .unwrap_or_default()
-            });
+            let name = followed
+                .names
+                .entry(stack.tid)
+                .or_insert_with(|| otel_ctx_reader::procfs::thread_name(pid, stack.tid));
             let sample =
                 otel_ctx_profile::Sample::new(stack.tid, name, stack.registers, stack.stack)
                     .with_context(context.as_ref().map(Into::into));
@@ -697,14 +683,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn start_times_whatever_the_command_name() {
-        let fields = "S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 424242 19";
-        let line = format!("77 (a) R 1 2 (b)) {fields}\n");
-        assert_eq!(stat_start_time(line.as_bytes()), Some(424242));
-        assert_eq!(stat_start_time(b"77 (short) S 1 2"), None);
-        assert_eq!(stat_start_time(b"no parenthesis"), None);
-        assert_eq!(stat_start_time(&[0xff, b')', b' ', 0xfe]), None);
-        assert!(start_time(std::process::id()).is_some());
+    fn process_counts() {
         assert_eq!(processes(1), "1 process");
         assert_eq!(processes(3), "3 processes");
     }

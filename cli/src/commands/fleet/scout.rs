@@ -16,8 +16,8 @@ use otel_ctx_reader::{
     ThreadReaderOptions,
 };
 
-use super::start_time;
 use crate::commands::Failure;
+use otel_ctx_reader::procfs::start_time;
 
 /// A publisher, ready to follow: what reading it cost, done.
 pub struct Found {

@@ -6,12 +6,7 @@ use std::os::unix::fs::MetadataExt;
 /// When process `pid` started, in `CLOCK_BOOTTIME` nanoseconds (`/proc/<pid>/stat` field
 /// 22, in clock ticks).
 pub(super) fn process_start_ns(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: fields resume after the
-    // last ')', with field 3.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let ticks: u64 = rest.split_whitespace().nth(22 - 3)?.parse().ok()?;
-    Some(ticks.saturating_mul(1_000_000_000 / clock_ticks_per_second()))
+    otel_ctx_reader::procfs::stat(pid).map(|stat| stat.start_time_ns())
 }
 
 /// `sysconf(_SC_CLK_TCK)`: the unit of times in `/proc/<pid>/stat` (100 on Linux).

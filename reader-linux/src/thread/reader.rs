@@ -12,9 +12,9 @@ use otel_ctx_codec::threadlocal::{MAX_KEY_MAP_LEN, SCHEMA_TLSDESC_V1_DEV, SCHEMA
 use crate::error::Error;
 use crate::maps::ProcessMaps;
 use crate::memory::{ProcessMemory, ReadMethod};
-use crate::reader::{ProcessContextReader, ReaderOptions};
-use crate::stack::{StackBuffer, UserRegisters};
-use crate::tls::{
+use crate::process::reader::{ProcessContextReader, ReaderOptions};
+use crate::thread::stack::{StackBuffer, UserRegisters};
+use crate::thread::tls::{
     loaded_modules, read_slot_into, read_stopped, resolve, ElfCache, Libc, LoadedModule,
     PtraceError, Resolution, SampleError, SkippedModule, SlotContents, StoppedThread, ThreadSample,
     TlsError,
@@ -393,7 +393,7 @@ impl ThreadReader {
 
     /// The process's thread ids, in increasing order.
     pub fn tids(&self) -> Result<Vec<u32>, Error> {
-        crate::scan::thread_ids(self.pid)
+        crate::procfs::thread_ids(self.pid)
     }
 
     /// Stops thread `tid`, reads its slot and record as they are (a checker wants to see
@@ -591,9 +591,7 @@ impl ThreadReader {
             if matches!(context, Err(SampleError::Ptrace(PtraceError::Gone))) {
                 continue;
             }
-            let name = std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.pid))
-                .map(|s| s.trim_end().to_owned())
-                .unwrap_or_default();
+            let name = crate::procfs::thread_name(self.pid, tid);
             reports.push(ThreadReport { tid, name, context });
         }
         Ok(reports)

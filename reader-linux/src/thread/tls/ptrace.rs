@@ -89,12 +89,7 @@ const TRACED_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 /// The process id of the tracer of thread `tid` (`TracerPid` in its status), if one
 /// holds it.
 fn tracer_of(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("TracerPid:"))
-        .and_then(|pid| pid.trim().parse().ok())
-        .filter(|&pid| pid != 0)
+    crate::procfs::status(&tid.to_string()).ok()?.tracer_pid()
 }
 
 /// A thread held in a ptrace stop; detached (and any held signal re-injected) on drop.
@@ -139,9 +134,7 @@ impl StoppedThread {
                     match seen_tracer {
                         Some(tracer) => PtraceError::Traced {
                             tracer,
-                            comm: std::fs::read_to_string(format!("/proc/{tracer}/comm"))
-                                .map(|c| c.trim_end().to_owned())
-                                .unwrap_or_default(),
+                            comm: crate::procfs::comm(tracer).unwrap_or_default(),
                         },
                         None => PtraceError::Denied {
                             source: e,
@@ -235,7 +228,7 @@ impl StoppedThread {
     /// The user registers a stack walk starts from: `rip`, `rsp`, `rbp` on x86_64; `pc`,
     /// `sp`, `x29`, `x30` on aarch64. With the thread pointer, from the same request on
     /// x86_64.
-    pub fn registers(&self) -> Result<(crate::stack::UserRegisters, u64), PtraceError> {
+    pub fn registers(&self) -> Result<(crate::thread::stack::UserRegisters, u64), PtraceError> {
         let raw = sys::registers(self.tid).map_err(|e| {
             os_error(
                 if cfg!(target_arch = "aarch64") {
@@ -246,7 +239,7 @@ impl StoppedThread {
                 e,
             )
         })?;
-        let registers = crate::stack::UserRegisters {
+        let registers = crate::thread::stack::UserRegisters {
             ip: raw.ip,
             sp: raw.sp,
             fp: raw.fp,

@@ -1,11 +1,11 @@
 //! Finding every process on the host that publishes a process context.
 
-use std::fs;
 use std::io;
 
 use crate::error::Error;
 use crate::maps::MapsScanner;
-use crate::reader::{ProcessContextReader, ReaderOptions, Snapshot};
+use crate::process::reader::{ProcessContextReader, ReaderOptions, Snapshot};
+use crate::procfs::{comm, pids};
 
 /// A process whose maps name an `OTEL_CTX` mapping.
 #[derive(Debug)]
@@ -26,35 +26,6 @@ pub struct Scan {
     /// Processes whose maps could not be read: permission denied, such as other users'
     /// processes without `CAP_SYS_PTRACE`. They may publish a context this scan missed.
     pub denied: Vec<u32>,
-}
-
-/// The command name of process `pid` (`/proc/<pid>/comm`, at most 15 bytes).
-pub fn comm(pid: u32) -> io::Result<String> {
-    let mut comm = fs::read_to_string(format!("/proc/{pid}/comm"))?;
-    if comm.ends_with('\n') {
-        comm.pop();
-    }
-    Ok(comm)
-}
-
-/// The pids in `/proc`, in increasing order.
-pub fn pids() -> io::Result<Vec<u32>> {
-    let mut pids: Vec<u32> = fs::read_dir("/proc")?
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    pids.sort_unstable();
-    Ok(pids)
-}
-
-/// The thread ids of process `pid` (`/proc/<pid>/task`), in increasing order.
-pub fn thread_ids(pid: u32) -> Result<Vec<u32>, Error> {
-    let path = format!("/proc/{pid}/task");
-    let mut tids: Vec<u32> = fs::read_dir(&path)
-        .map_err(|e| Error::from_io(pid, format!("list {path}"), e))?
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    Ok(tids)
 }
 
 /// Scans every process on the host with default options.

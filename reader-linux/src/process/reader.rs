@@ -9,7 +9,7 @@ use otel_ctx_codec::threadlocal::ThreadlocalError;
 use crate::error::{Error, Malformed};
 use crate::maps::{ContextMapping, MapsScanner, ProcessMaps};
 use crate::memory::{is_gone, CopyError, ProcessMemory, ReadMethod};
-use crate::seqlock::{read_consistent, read_header, PayloadCopy, SeqlockRead};
+use crate::process::seqlock::{read_consistent, read_header, PayloadCopy, SeqlockRead};
 use otel_ctx_codec::owned::{OwnedProcessContext, Threadlocal};
 
 /// Attempts a read makes by default before giving up with [`Error::StillUpdating`].

@@ -1,0 +1,229 @@
+//! The one reading of `/proc` for the reading side: the process and thread lists, a
+//! task's `stat` (its state, flags and start time), its `comm`, and its `status` (tracer,
+//! capabilities, ids, `NSpid`). Every other module, and the crates above the reader, ask
+//! here: each of these files is parsed in this file only.
+//!
+//! Everything in `/proc/<pid>/...` is written by the kernel but named by the target: a
+//! command name may hold spaces, parentheses and any byte but NUL, so `stat` is parsed
+//! from the last `)` on, and nothing here trusts a length or a number it did not check.
+
+use std::fs;
+use std::io;
+
+use crate::error::Error;
+
+/// The pids in `/proc`, in increasing order.
+pub fn pids() -> io::Result<Vec<u32>> {
+    let mut pids: Vec<u32> = fs::read_dir("/proc")?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    Ok(pids)
+}
+
+/// The thread ids of process `pid` (`/proc/<pid>/task`), in increasing order.
+pub fn thread_ids(pid: u32) -> Result<Vec<u32>, Error> {
+    let path = format!("/proc/{pid}/task");
+    let mut tids: Vec<u32> = fs::read_dir(&path)
+        .map_err(|e| Error::from_io(pid, format!("list {path}"), e))?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// The command name of process `pid` (`/proc/<pid>/comm`, at most 15 bytes).
+pub fn comm(pid: u32) -> io::Result<String> {
+    read_comm(&format!("/proc/{pid}/comm"))
+}
+
+/// The name of thread `tid` of process `pid` (`/proc/<pid>/task/<tid>/comm`); empty when
+/// it cannot be read (the thread has exited).
+pub fn thread_name(pid: u32, tid: u32) -> String {
+    read_comm(&format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default()
+}
+
+fn read_comm(path: &str) -> io::Result<String> {
+    let mut comm = fs::read_to_string(path)?;
+    if comm.ends_with('\n') {
+        comm.pop();
+    }
+    Ok(comm)
+}
+
+/// `PF_EXITING` in the flags of a `stat` file: the task is tearing itself down (its
+/// memory may already be gone) and is about to become a zombie.
+const PF_EXITING: u64 = 0x4;
+
+/// What the reading side takes from a task's `stat` file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stat {
+    /// The state letter (`R` running or ready, `S` sleeping, `Z` zombie, ...).
+    pub state: u8,
+    /// The kernel's `PF_*` flags.
+    pub flags: u64,
+    /// When the task started, in clock ticks since boot (field 22): with the pid, what
+    /// tells a process from a later one that reuses its id.
+    pub start_time: u64,
+}
+
+impl Stat {
+    /// Parses a `stat` line: `pid (comm) state ppid ...`. `None` when it is not one.
+    pub fn parse(stat: &[u8]) -> Option<Self> {
+        // The command name (field 2) may hold anything: fields resume after the last ')',
+        // with field 3 (the state).
+        let close = stat.iter().rposition(|&b| b == b')')?;
+        let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
+        let mut fields = rest.split_ascii_whitespace();
+        let state = *fields.next()?.as_bytes().first()?;
+        // Field 9 (flags) is the 6th after the state; field 22 (starttime) the 13th after.
+        let flags = fields.nth(5)?.parse().ok()?;
+        let start_time = fields.nth(12)?.parse().ok()?;
+        Some(Self {
+            state,
+            flags,
+            start_time,
+        })
+    }
+
+    /// Running or ready to run (`R`): what a CPU profile samples.
+    pub const fn is_running(&self) -> bool {
+        self.state == b'R'
+    }
+
+    /// A zombie, dead, or exiting (`PF_EXITING`).
+    pub const fn has_exited(&self) -> bool {
+        matches!(self.state, b'Z' | b'X' | b'x') || self.flags & PF_EXITING != 0
+    }
+
+    /// The start time in `CLOCK_BOOTTIME` nanoseconds.
+    pub fn start_time_ns(&self) -> u64 {
+        let per_second = rustix::param::clock_ticks_per_second().max(1);
+        self.start_time.saturating_mul(1_000_000_000 / per_second)
+    }
+}
+
+/// Process `pid`'s `stat` (its main thread's); `None` when it is gone (or the file lies).
+pub fn stat(pid: u32) -> Option<Stat> {
+    Stat::parse(&fs::read(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Thread `tid` of process `pid`'s `stat`; `None` when it is gone.
+pub fn task_stat(pid: u32, tid: u32) -> Option<Stat> {
+    Stat::parse(&fs::read(format!("/proc/{pid}/task/{tid}/stat")).ok()?)
+}
+
+/// Thread `tid`'s `stat`, whatever its process (`/proc/<tid>/stat` names any thread).
+pub(crate) fn any_task_stat(tid: u32) -> Option<Stat> {
+    stat(tid)
+}
+
+/// Process `pid`'s start time (`/proc/<pid>/stat` field 22, in clock ticks since boot);
+/// `None` when it is gone.
+pub fn start_time(pid: u32) -> Option<u64> {
+    stat(pid).map(|s| s.start_time)
+}
+
+/// A task's `status` file, as text: `Name:\tvalue` lines.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    text: String,
+}
+
+impl Status {
+    /// Wraps the text of a `status` file.
+    pub fn parse(text: impl Into<String>) -> Self {
+        Self { text: text.into() }
+    }
+
+    /// The value of field `name` (without its colon), trimmed.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.text.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            (key == name).then(|| value.trim())
+        })
+    }
+
+    /// A capability set (`CapEff`, `CapPrm`, ...) as its bits.
+    pub fn capabilities(&self, name: &str) -> Option<u64> {
+        u64::from_str_radix(self.field(name)?, 16).ok()
+    }
+
+    /// The real user id (the first of `Uid:`).
+    pub fn real_uid(&self) -> Option<u32> {
+        self.field("Uid")?
+            .split_ascii_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    /// The process id of the tracer holding the task (`TracerPid:`), if one does.
+    pub fn tracer_pid(&self) -> Option<u32> {
+        self.field("TracerPid")?
+            .parse()
+            .ok()
+            .filter(|&pid| pid != 0)
+    }
+
+    /// The task's id in its own pid namespace: the last of `NSpid:` (the innermost
+    /// namespace), or `None` when the kernel shows no `NSpid` line.
+    pub fn ns_pid(&self) -> Option<u32> {
+        self.field("NSpid")?
+            .split_ascii_whitespace()
+            .last()?
+            .parse()
+            .ok()
+    }
+}
+
+/// Process `pid`'s `status` (or the calling process's, for `"self"`).
+pub fn status(pid: &str) -> io::Result<Status> {
+    fs::read_to_string(format!("/proc/{pid}/status")).map(Status::parse)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_whatever_the_command_name() {
+        let fields = "1 2 3 4 5 64 7 8 9 10 11 12 13 14 15 16 17 18 424242 19";
+        let line = format!("77 (a) R 1 2 (b)) S {fields}\n");
+        // The state after the *last* ')'.
+        let stat = Stat::parse(line.as_bytes()).expect("a stat line");
+        assert_eq!(stat.state, b'S');
+        assert_eq!(stat.flags, 64);
+        assert_eq!(stat.start_time, 424242);
+        assert!(!stat.is_running() && !stat.has_exited());
+        assert_eq!(Stat::parse(b"77 (short) S 1 2"), None);
+        assert_eq!(Stat::parse(b"no parenthesis"), None);
+        assert_eq!(Stat::parse(&[0xff, b')', b' ', 0xfe]), None);
+        let exiting = format!("1 (x) R 0 0 0 0 0 4 {}", "0 ".repeat(14));
+        assert!(Stat::parse(exiting.as_bytes()).unwrap().has_exited());
+        let own = super::stat(std::process::id()).expect("own stat");
+        assert!(own.start_time > 0 && own.start_time_ns() > 0);
+        assert_eq!(start_time(std::process::id()), Some(own.start_time));
+    }
+
+    #[test]
+    fn status_fields() {
+        let status = Status::parse(
+            "Name:\tpython3\nUid:\t1000\t1000\t1000\t1000\nTracerPid:\t0\n\
+             NSpid:\t4242\t7\nCapEff:\t000001ffffffffff\n",
+        );
+        assert_eq!(status.field("Name"), Some("python3"));
+        assert_eq!(status.real_uid(), Some(1000));
+        assert_eq!(status.tracer_pid(), None);
+        assert_eq!(status.ns_pid(), Some(7));
+        assert_eq!(status.capabilities("CapEff"), Some(0x1ff_ffff_ffff));
+        assert_eq!(status.field("Nope"), None);
+        let own = super::status(&std::process::id().to_string()).expect("own status");
+        assert_eq!(own.ns_pid(), Some(std::process::id()));
+        assert_eq!(
+            comm(std::process::id()).ok(),
+            Some(own.field("Name").unwrap().into())
+        );
+    }
+}
