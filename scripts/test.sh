@@ -106,6 +106,44 @@ if [ -n "$long" ]; then
   echo "$long" >&2
   exit 1
 fi
+# The tool is clap and rendering: at most 3,000 lines before its tests, and it leaves
+# sampling, following processes and delivery to the libraries.
+cli_lines=$(git ls-files 'cli/src/*.rs' | while read -r f; do
+  awk '/^#\[cfg\(test\)\]/ { n = NR - 1; exit } { n = NR } END { print n }' "$f"
+done | awk '{ s += $1 } END { print s + 0 }')
+if [ "$cli_lines" -gt 3000 ]; then
+  echo "cli/src has $cli_lines lines before its tests (at most 3000)" >&2
+  exit 1
+fi
+if git grep -nE 'EbpfSampler|sample_with_stack_into|sample_into|read_all\(|ureq::' -- 'cli/src/*.rs'; then
+  echo "the tool calls the eBPF sampler, a thread reader's sampling or the HTTP client itself" >&2
+  exit 1
+fi
+# The reader's root: at most 30 names (modules and re-exports), what a profiler author
+# needs; the rest is in named modules.
+root_names=$(python3 - <<'PY'
+import re
+lib = open("reader-linux/src/lib.rs").read()
+names = re.findall(r"^pub mod (\w+);", lib, re.M)
+for group in re.findall(r"^pub use [\w:]+::\{([^}]*)\};", lib, re.M | re.S):
+    names += [n.strip() for n in group.split(",") if n.strip()]
+names += re.findall(r"^pub use [\w:]+::(\w+);", lib, re.M)
+print(len(names))
+PY
+)
+if [ "$root_names" -gt 30 ]; then
+  echo "the reader's root exports $root_names names (at most 30)" >&2
+  exit 1
+fi
+# On the reading side, /proc/<pid>/stat, comm and status are parsed in one file.
+procfs_readers=$(git grep -lE '/(stat|comm|status)"|task/\{[a-z]+\}/(stat|comm)' -- \
+  'reader-linux/src/*.rs' 'profile/src/*.rs' 'conformance/src/*.rs' 'cli/src/*.rs' |
+  grep -v '^reader-linux/src/procfs.rs$' || true)
+if [ -n "$procfs_readers" ]; then
+  echo "/proc's stat, comm or status parsed outside reader-linux/src/procfs.rs:" >&2
+  echo "$procfs_readers" >&2
+  exit 1
+fi
 echo "dependency rules hold"
 
 step "the crates meant for crates.io package, and build from their tarballs"

@@ -194,7 +194,7 @@ impl Demo {
             .expect("start the demo service");
         let pid = child.id();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while otel_ctx_reader::read_process_context(pid).is_err() {
+        while otel_ctx_reader::process::read_process_context(pid).is_err() {
             assert!(
                 Instant::now() < deadline,
                 "the demo service never published"

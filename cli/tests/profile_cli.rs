@@ -26,7 +26,8 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Runs `otel-ctx profile <pid> <args>`, which must succeed; its stdout and stderr.
+/// Runs `otel-ctx profile <pid> <args>`, which must succeed; what it said (its summary
+/// and notes, on stderr) and its stdout.
 fn profile(pid: u32, args: &[&str]) -> (String, String) {
     let mut all = vec!["profile".to_owned(), pid.to_string()];
     all.extend(args.iter().map(|a| (*a).to_owned()));
@@ -34,7 +35,7 @@ fn profile(pid: u32, args: &[&str]) -> (String, String) {
     let out = run(&all);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{args:?}\n{stdout}{stderr}");
-    (stdout, stderr)
+    (stderr, stdout)
 }
 
 fn read_folded(path: &Path) -> Folded {
@@ -133,14 +134,14 @@ fn routes_by_ebpf_and_ptrace_without_and_with_frame_pointers() {
 
         // The default sampler: eBPF in a build with the feature, else ptrace (said so).
         let by_default = dir.join("default.folded");
-        let (said, stderr) = profile(
+        let (said, _) = profile(
             fixture.pid,
             &["--duration", "2s", "-o", by_default.to_str().unwrap()],
         );
         if cfg!(feature = "ebpf") {
-            assert!(said.contains("(eBPF)"), "{said}{stderr}");
+            assert!(said.contains("(eBPF)"), "{said}");
         } else {
-            assert!(stderr.contains("sampling with ptrace"), "{stderr}");
+            assert!(said.contains("sampling with ptrace"), "{said}");
         }
         let default = read_folded(&by_default);
         check_routes(&format!("{build} (default sampler)"), &default);
@@ -329,19 +330,25 @@ fn the_demo_service_by_route_and_handler() {
 }
 
 #[test]
-fn a_process_without_thread_contexts_is_said() {
-    let mut sleeper = Command::new("sleep")
-        .arg("30")
+fn a_process_without_thread_contexts_is_profiled_and_said() {
+    let mut spinner = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
         .stdout(Stdio::null())
         .spawn()
-        .expect("start sleep");
-    let out = run(&["profile", &sleeper.id().to_string(), "--duration", "1s"]);
-    let _ = sleeper.kill();
-    let _ = sleeper.wait();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("otel_thread_ctx_v1"),
-        "{}",
-        text(&out.stderr)
+        .expect("start sh");
+    let dir = scratch("no-contexts");
+    let out = dir.join("sh.folded");
+    let (said, _) = profile(
+        spinner.id(),
+        &["--duration", "1s", "--ptrace", "-o", out.to_str().unwrap()],
     );
+    let _ = spinner.kill();
+    let _ = spinner.wait();
+    assert!(
+        said.contains("publishes no thread contexts") && said.contains("otel_thread_ctx_v1"),
+        "{said}"
+    );
+    assert!(said.contains(" 0 with a thread context"), "{said}");
+    let folded = read_folded(&out);
+    assert!(folded.values().sum::<u64>() > 0, "no sample of the spinner");
 }

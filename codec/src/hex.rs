@@ -24,14 +24,38 @@ pub fn decode(text: &str) -> Result<Vec<u8>, String> {
         .collect()
 }
 
+/// Bytes shown as lowercase hex (`format!("{}", Hex(&id))`), without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hex<'a>(pub &'a [u8]);
+
+impl core::fmt::Display for Hex<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
 /// Encodes bytes as lowercase hex.
 pub fn encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(2 * bytes.len());
-    for b in bytes {
-        // Writing to a String cannot fail.
-        let _ = write!(out, "{b:02x}");
-    }
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{}", Hex(bytes));
     out
+}
+
+/// Encodes as many of `bytes` as fit into `buf` (two digits each) as lowercase hex, and
+/// returns the digits written: for a caller that must not allocate.
+pub fn encode_into<'b>(bytes: &[u8], buf: &'b mut [u8]) -> &'b str {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let n = bytes.len().min(buf.len() / 2);
+    for (pair, &b) in buf.chunks_exact_mut(2).zip(&bytes[..n]) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 15)];
+    }
+    // Only ASCII digits were written.
+    core::str::from_utf8(&buf[..2 * n]).unwrap_or("")
 }
 
 #[cfg(test)]
@@ -47,5 +71,8 @@ mod tests {
         assert!(decode("abc").is_err());
         assert!(decode("zz").is_err());
         assert_eq!(decode(""), Ok(vec![]));
+        let mut buf = [0u8; 5];
+        assert_eq!(encode_into(&[0xab, 0x01, 0xff], &mut buf), "ab01");
+        assert_eq!(alloc::format!("{}", Hex(&[0x0f, 0xf0])), "0ff0");
     }
 }

@@ -14,6 +14,7 @@
 use alloc::borrow::ToOwned;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::fmt;
 
 use crate::proto::{
     check_context, context_len, encode_context, AnyValue, AnyValueView, DecodeError, EncodeError,
@@ -74,6 +75,55 @@ impl OwnedValue {
         match self {
             Self::String(s) => Some(s),
             _ => None,
+        }
+    }
+}
+
+/// A value on one line, the one text form of the project's tools and profiles: a string
+/// as it is at the top level and quoted inside arrays and kvlists, bytes as `0x` and
+/// lowercase hex, doubles as Rust writes them (`1.0`), arrays as `[a, b]`, kvlists as
+/// `{key: value}`, an empty value as `(empty)`.
+impl fmt::Display for OwnedValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::String(s) => f.write_str(s),
+            other => Nested(other).fmt(f),
+        }
+    }
+}
+
+/// A value inside an array or a kvlist: strings quoted.
+struct Nested<'a>(&'a OwnedValue);
+
+impl fmt::Display for Nested<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            OwnedValue::Empty => f.write_str("(empty)"),
+            OwnedValue::String(s) => write!(f, "{s:?}"),
+            OwnedValue::Bool(b) => write!(f, "{b}"),
+            OwnedValue::Int(i) => write!(f, "{i}"),
+            OwnedValue::Double(d) => write!(f, "{d:?}"),
+            OwnedValue::Bytes(b) => write!(f, "0x{}", crate::hex::Hex(b)),
+            OwnedValue::Array(items) => {
+                f.write_str("[")?;
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    Nested(item).fmt(f)?;
+                }
+                f.write_str("]")
+            }
+            OwnedValue::KvList(kvs) => {
+                f.write_str("{")?;
+                for (i, kv) in kvs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{}: {}", kv.key, Nested(&kv.value))?;
+                }
+                f.write_str("}")
+            }
         }
     }
 }
@@ -359,6 +409,7 @@ impl Threadlocal {
 
 #[cfg(test)]
 mod tests {
+    use alloc::string::ToString;
     use alloc::vec;
 
     use super::*;
@@ -383,6 +434,22 @@ mod tests {
 
     fn decode(payload: &[u8]) -> ProcessContextView<'_> {
         ProcessContextView::decode(payload, &Limits::default()).unwrap()
+    }
+
+    #[test]
+    fn values_on_one_line() {
+        let v = OwnedValue::Array(vec![
+            OwnedValue::String("a".into()),
+            OwnedValue::Bytes(vec![0, 255]),
+            OwnedValue::KvList(vec![OwnedKeyValue {
+                key: "k".into(),
+                value: OwnedValue::Double(1.0),
+            }]),
+            OwnedValue::Empty,
+        ]);
+        assert_eq!(v.to_string(), r#"["a", 0x00ff, {k: 1.0}, (empty)]"#);
+        assert_eq!(OwnedValue::String("plain".into()).to_string(), "plain");
+        assert_eq!(OwnedValue::Int(-3).to_string(), "-3");
     }
 
     #[test]

@@ -24,7 +24,7 @@ impl Service {
             .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
         let service = Self(child);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while otel_ctx_reader::read_process_context(service.0.id()).is_err() {
+        while otel_ctx_reader::process::read_process_context(service.0.id()).is_err() {
             assert!(
                 Instant::now() < deadline,
                 "{} never published",

@@ -26,7 +26,7 @@ use std::io;
 use std::sync::Arc;
 
 use otel_ctx_reader::{Libc, Resolution, TlsError};
-use otel_ctx_reader::tls::{resolve, resolve_for, ElfTls, LoadedModule, SlotLocation, TargetMemory};
+use otel_ctx_reader::thread::tls::{resolve, resolve_for, ElfTls, LoadedModule, SlotLocation, TargetMemory};
 
 /// Size of the trailer that ends the input.
 pub const TRAILER_SIZE: usize = 20;

@@ -61,6 +61,7 @@ pub mod otlp;
 mod pprof;
 mod profile;
 mod sample;
+mod session;
 mod symbolize;
 mod unwind;
 
@@ -68,9 +69,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Instant, SystemTime};
 
-use otel_ctx_reader::{
-    MappedFile, OwnedKeyValue, OwnedValue, ProcessMaps, Snapshot, UserRegisters,
-};
+use otel_ctx_reader::maps::MappedFile;
+use otel_ctx_reader::process::OwnedKeyValue;
+use otel_ctx_reader::{ProcessMaps, Snapshot, UserRegisters};
 
 pub use aggregate::Limits;
 pub use folded::FoldedOptions;
@@ -79,6 +80,9 @@ pub use profile::{Entry, LabelSet, Location, Mapping, Profile, SkippedModule, St
 pub use sample::{
     Attributes, Filter, ProfileOptions, Sample, SampleContext, SampleOutcome, DEFAULT_MAX_DEPTH,
     DEFAULT_PERIOD_NS,
+};
+pub use session::{
+    FleetCounts, FleetOptions, FleetProfiler, Member, ProcessProfiler, SessionOptions,
 };
 pub use symbolize::Symbol;
 pub use unwind::{Arch, Frame, UnwindEnd};
@@ -274,7 +278,7 @@ impl Profiler {
                 .context
                 .resource
                 .iter()
-                .map(|kv| (kv.key.clone(), render(&kv.value)))
+                .map(|kv| (kv.key.clone(), kv.value.to_string()))
                 .collect();
         }
     }
@@ -559,23 +563,13 @@ impl Profiler {
     }
 }
 
-/// The two lowercase hex digits of `b`.
-fn hex_digits(b: u8) -> [u8; 2] {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]]
-}
-
 /// Lowercase hex of `bytes`: the codec's, the project's one definition.
 pub(crate) use otel_ctx_codec::hex::encode as hex;
 
 /// Lowercase hex of `bytes` (at most 16 of them), written into `buf` without
 /// allocating.
 fn hex_into<'b>(bytes: &[u8], buf: &'b mut [u8; 32]) -> &'b str {
-    let n = bytes.len().min(16);
-    for (pair, &b) in buf.chunks_exact_mut(2).zip(&bytes[..n]) {
-        pair.copy_from_slice(&hex_digits(b));
-    }
-    std::str::from_utf8(&buf[..2 * n]).unwrap_or("")
+    otel_ctx_codec::hex::encode_into(bytes, buf)
 }
 
 /// `n` in decimal, written into `buf` without allocating.
@@ -588,32 +582,10 @@ fn decimal_into(n: u32, buf: &mut [u8; 10]) -> &str {
     std::str::from_utf8(&buf[..len]).unwrap_or("")
 }
 
-/// A resource value as text: strings as they are, other values as they print.
-fn render(value: &OwnedValue) -> String {
-    match value {
-        OwnedValue::Empty => String::new(),
-        OwnedValue::String(s) => s.clone(),
-        OwnedValue::Bool(b) => b.to_string(),
-        OwnedValue::Int(i) => i.to_string(),
-        OwnedValue::Double(d) => d.to_string(),
-        OwnedValue::Bytes(b) => hex(b),
-        OwnedValue::Array(values) => {
-            let items: Vec<String> = values.iter().map(render).collect();
-            format!("[{}]", items.join(", "))
-        }
-        OwnedValue::KvList(entries) => {
-            let items: Vec<String> = entries
-                .iter()
-                .map(|kv| format!("{}={}", kv.key, render(&kv.value)))
-                .collect();
-            format!("{{{}}}", items.join(", "))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use otel_ctx_reader::process::OwnedValue;
 
     #[test]
     fn small_formatters() {
@@ -624,10 +596,7 @@ mod tests {
         assert_eq!(decimal_into(0, &mut digits), "0");
         assert_eq!(decimal_into(u32::MAX, &mut digits), "4294967295");
         assert_eq!(
-            render(&OwnedValue::Array(vec![
-                OwnedValue::Int(1),
-                OwnedValue::Bool(true)
-            ])),
+            OwnedValue::Array(vec![OwnedValue::Int(1), OwnedValue::Bool(true)]).to_string(),
             "[1, true]"
         );
     }

@@ -21,7 +21,7 @@ use object::elf::{EM_AARCH64, EM_X86_64, NT_GNU_BUILD_ID, PF_X, PT_LOAD, PT_NOTE
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
 use object::{CompressionFormat, Endianness, Object, ObjectSection};
 use otel_ctx_reader::files::{open_mapped, BoundedRead, BudgetedFile, FileBudget};
-use otel_ctx_reader::{FileRange, MappedFile};
+use otel_ctx_reader::maps::{FileRange, MappedFile};
 
 use crate::symbolize::{Symbol, SymbolTable};
 use crate::{hex, Arch};

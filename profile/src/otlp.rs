@@ -21,7 +21,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::UNIX_EPOCH;
 
-use otel_ctx_reader::{OwnedKeyValue, OwnedValue};
+use otel_ctx_reader::process::{OwnedKeyValue, OwnedValue};
 
 /// The generated OTLP types (`opentelemetry-proto`'s), for users of this module's
 /// output: `proto::collector::profiles::v1development::ExportProfilesServiceRequest`,

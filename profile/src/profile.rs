@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use otel_ctx_reader::OwnedKeyValue;
+use otel_ctx_reader::process::OwnedKeyValue;
 
 use crate::symbolize::Symbol;
 use crate::unwind::UnwindEnd;
@@ -249,11 +249,13 @@ pub(crate) fn example() -> Profile {
         resource_attributes: vec![
             OwnedKeyValue {
                 key: "service.name".to_owned(),
-                value: otel_ctx_reader::OwnedValue::String("checkout <&> \"svc\"".to_owned()),
+                value: otel_ctx_reader::process::OwnedValue::String(
+                    "checkout <&> \"svc\"".to_owned(),
+                ),
             },
             OwnedKeyValue {
                 key: "service.version".to_owned(),
-                value: otel_ctx_reader::OwnedValue::String("1.2".to_owned()),
+                value: otel_ctx_reader::process::OwnedValue::String("1.2".to_owned()),
             },
         ],
         period_ns: 10_000_000,

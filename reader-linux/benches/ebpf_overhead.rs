@@ -32,7 +32,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use otel_ctx_reader::{EbpfOptions, EbpfSampler, RecordBuffer, ThreadReader, ThreadReaderOptions};
+use otel_ctx_reader::ebpf::{EbpfOptions, EbpfSampler};
+use otel_ctx_reader::thread::ThreadReaderOptions;
+use otel_ctx_reader::{RecordBuffer, ThreadReader};
 
 const TESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
 const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
@@ -223,15 +225,16 @@ fn measure(
             } else {
                 elsewhere
             };
-            let mut ebpf = EbpfSampler::start(reader, options).expect("start the eBPF sampler");
+            let mut ebpf = EbpfSampler::new(options).expect("start the eBPF sampler");
+            ebpf.add_process(reader).expect("follow the target");
             let (runs0, time0) = ebpf.run_time().expect("run time");
             let (c0, t0, cpu0) = target.iterations();
             let own0 = own_cpu_ns();
             let mut samples = 0u64;
             while t0.elapsed() < window {
                 let _ = ebpf.wait(Duration::from_millis(50));
-                while let Some((_, context)) = ebpf.next_context(reader) {
-                    assert!(context.is_ok(), "{:?}", context.err());
+                while let Some(sample) = ebpf.next_sample(reader) {
+                    assert!(sample.context.is_ok(), "{:?}", sample.context.err());
                     samples += 1;
                 }
             }

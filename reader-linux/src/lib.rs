@@ -2,80 +2,71 @@
 //! (OTEP 4947): finds and reads another process's contexts on Linux.
 //!
 //! ```no_run
-//! use otel_ctx_reader::{ProcessContextReader, RecordBuffer, StackBuffer, ThreadReader};
+//! use std::time::Duration;
+//! use otel_ctx_reader::{ProcessContextReader, Sampler, SamplerOptions};
 //!
 //! let mut process = ProcessContextReader::open(1234)?;
 //! let snapshot = process.read()?; // later: process.read_if_changed(published_at)
 //! println!("{:?}", snapshot.context.service_name());
-//! let mut threads = ThreadReader::open(1234)?; // finds otel_thread_ctx_v1
-//! let (mut record, mut stack) = (RecordBuffer::new(), StackBuffer::default());
-//! for tid in threads.tids()? {
-//!     let (registers, context) = threads.sample_with_stack_into(tid, &mut record, &mut stack)?;
-//!     println!("{tid} at {:#x}: {:?}", registers.ip, context.map(|c| c.trace_id()));
-//! }
+//! let mut sampler = Sampler::new(SamplerOptions::default())?; // eBPF, else ptrace
+//! sampler.add_process(1234)?; // finds otel_thread_ctx_v1, reads the key map
+//! sampler.step(Duration::from_millis(100), |sample| {
+//!     let trace = sample.context().map(|c| c.trace_id());
+//!     println!("{} {:?} {trace:?}", sample.tid, sample.registers.map(|r| r.ip));
+//!     false
+//! })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! At the root, what a profiler that embeds the reader needs:
 //! - [`ProcessContextReader`]: one process's context (the seqlock read of OTEP 4719, the
-//!   mapping cached between reads), as a [`Snapshot`] of the codec's owned model
-//!   ([`OwnedProcessContext`], [`OwnedValue`]).
-//! - [`scan`]: every process on the host that publishes a context.
-//! - [`ThreadReader`]: every thread's context (OTEP 4947) through `otel_thread_ctx_v1` in
-//!   every TLS access model, read while the thread is stopped with ptrace;
-//!   [`ThreadReader::sample_into`] and [`ThreadReader::sample_with_stack_into`] (the user
-//!   registers and the top of the stack too, for a profiler to unwind) allocate nothing.
-//! - `EbpfSampler` (feature `ebpf`): the same samples taken by a BPF program at CPU-clock
-//!   ticks, without stopping threads, of one process or of many with one program.
-//! - [`ProcessMaps`]: one pass over `/proc/<pid>/maps` (the context's mapping and the mapped
-//!   files), shared by the readers; [`files`] opens the mapped files as hostile input.
+//!   mapping cached between reads), as a [`Snapshot`] of the codec's owned model; [`scan`]
+//!   finds every process on the host that publishes one.
+//! - [`Sampler`]: the samples of one process's threads or of many, by ptrace rounds or
+//!   by the eBPF program (feature `ebpf`), in one shape ([`Sample`]: the thread, its user
+//!   registers and a copy of the top of its stack, its context named through the key
+//!   map), with the refresh policy that keeps each process's reader current
+//!   ([`Step`]).
+//! - [`ThreadReader`]: one process's thread contexts through `otel_thread_ctx_v1` in
+//!   every TLS access model, read while the thread is stopped with ptrace, without
+//!   allocating ([`ThreadReader::sample_into`], [`RecordBuffer`], [`StackBuffer`]).
+//! - [`ProcessMaps`]: one pass over `/proc/<pid>/maps` (the context's mapping and the
+//!   mapped files), shared by the readers.
 //! - The errors, each with a message that says what to do: [`Error`], [`ThreadError`],
-//!   [`SampleError`].
+//!   [`SampleError`], [`SamplerError`].
 //!
-//! The parts below them, for tools that look further (the conformance checker): [`maps`]
-//! (the streaming maps scanner), [`memory`] (copies out of another process), [`seqlock`]
-//! (the consistent read of a header), [`tls`] (ELF analysis, the slot resolution, ptrace).
+//! The parts below them, in named modules, for tools that look further (the
+//! conformance checker, the profile layer): [`process`] (the seqlock, the scan, the
+//! owned model), [`thread`] (the thread reader's options and reports, [`thread::tls`]:
+//! ELF analysis, the slot resolution, ptrace stops), [`sampler`] (its options and
+//! counts), [`maps`] (the streaming maps scanner), [`memory`] (copies out of another
+//! process), [`files`] (the safe open and budgeted read of a target's mapped files),
+//! [`procfs`] (the one parser of `/proc`'s per-process files), and with `ebpf` the BPF
+//! program itself and the publication hook (`ebpf`).
 #![warn(missing_docs)]
 // Every system call that needs `unsafe` is in `sys`, which allows it for itself.
 #![deny(unsafe_code)]
 
 mod denied;
 #[cfg(feature = "ebpf")]
-mod ebpf;
+pub mod ebpf;
 mod error;
 pub mod files;
 pub mod maps;
 pub mod memory;
 pub mod process;
 pub mod procfs;
+pub mod sampler;
 mod sys;
 pub mod thread;
 
-pub use denied::{diagnose, Refuser};
-#[cfg(feature = "ebpf")]
-pub use ebpf::{
-    EbpfCounters, EbpfError, EbpfOptions, EbpfReaders, EbpfSample, EbpfSampler, EbpfStack,
-    PublicationCounters, PublicationHook, EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES,
-    EBPF_MAX_PROCESSES, EBPF_MAX_RECORD_SIZE, EBPF_MAX_STACK,
+pub use error::Error;
+pub use maps::ProcessMaps;
+pub use process::{scan, ProcessContextReader, Snapshot};
+pub use sampler::{
+    Following, Method, Sample, Sampler, SamplerError, SamplerOptions, SamplerStats, Step, Threads,
 };
-pub use error::{Error, Malformed};
-pub use maps::{FileRange, MappedFile, ProcessMaps};
-/// The owned model of a decoded process context: the codec's, re-exported.
-pub use otel_ctx_codec::owned::{
-    OwnedKeyValue, OwnedProcessContext, OwnedValue, Threadlocal, THREADLOCAL_KEYS,
-};
-pub use process::{
-    boottime_ns, read_process_context, scan, scan_with, seqlock, ProcessContextReader,
-    ReaderOptions, Scan, ScanEntry, Snapshot, DEFAULT_MAX_ATTEMPTS,
-};
-pub use procfs::{comm, pids, thread_ids};
-pub use thread::tls::{
-    AccessModel, Libc, Machine, PtraceError, Resolution, SampleError, SkipReason, SkippedModule,
-    SymbolTable, TlsError,
-};
-pub use thread::{tls, StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
+pub use thread::tls::SampleError;
 pub use thread::{
-    OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
-    ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,
-    KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL,
+    RecordBuffer, StackBuffer, ThreadContextRef, ThreadError, ThreadReader, UserRegisters,
 };

@@ -12,6 +12,8 @@ use std::io;
 
 use crate::error::Error;
 
+pub use crate::denied::{diagnose, Refuser};
+
 /// The pids in `/proc`, in increasing order.
 pub fn pids() -> io::Result<Vec<u32>> {
     let mut pids: Vec<u32> = fs::read_dir("/proc")?

@@ -13,11 +13,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use otel_ctx_codec::record::RecordHeader;
-use otel_ctx_reader::tls::SlotLocation;
-use otel_ctx_reader::{
-    AccessModel, EbpfOptions, EbpfSampler, OwnedThreadContext, ThreadContextRef, ThreadReader,
-    ThreadReaderOptions,
-};
+use otel_ctx_reader::ebpf::{EbpfOptions, EbpfSampler};
+use otel_ctx_reader::thread::tls::AccessModel;
+use otel_ctx_reader::thread::tls::SlotLocation;
+use otel_ctx_reader::thread::{OwnedThreadContext, ThreadReaderOptions, ThreadReport};
+use otel_ctx_reader::{Method, Sampler, SamplerOptions, ThreadContextRef, ThreadReader};
 
 // Shared with `tls_matrix.rs`, which uses all of it (this test leaves `Printed::slot`).
 #[allow(dead_code)]
@@ -79,8 +79,10 @@ fn sample(
         sampler
             .wait(Duration::from_millis(20))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        while let Some((tid, context)) = sampler.next_context(reader) {
-            let context = context
+        while let Some(sample) = sampler.next_sample(reader) {
+            let tid = sample.tid;
+            let context = sample
+                .context
                 .unwrap_or_else(|e| panic!("{name}: sample of thread {tid}: {e}"))
                 .map(|c| Context::from(&c));
             seen.entry(tid).or_default().push(context);
@@ -126,7 +128,10 @@ fn check(
         expected.insert(t.tid, context.as_ref().map(Context::from));
     }
 
-    let mut sampler = EbpfSampler::start(&reader, EbpfOptions::default().with_frequency_hz(999))
+    let mut sampler = EbpfSampler::new(EbpfOptions::default().with_frequency_hz(999))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    sampler
+        .add_process(&reader)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let seen = sample(&mut sampler, &mut reader, WINDOW, name);
     for t in &target.threads {
@@ -180,7 +185,7 @@ fn check_exit(
         .parse()
         .expect("tid");
     // Samples taken before the exit are in the ring already: drain them.
-    while sampler.next_sample().is_some() {}
+    while sampler.next_sample(&mut *reader).is_some() {}
     let seen = sample(sampler, reader, WINDOW, name);
     assert!(
         !seen.contains_key(&gone),
@@ -197,13 +202,18 @@ fn check_exit(
 
 /// The thread pointer the BPF program reads (`task->thread.fsbase`) is the one the
 /// thread itself sees.
-fn check_thread_pointers(name: &str, target: &Target, sampler: &mut EbpfSampler) {
+fn check_thread_pointers(
+    name: &str,
+    target: &Target,
+    sampler: &mut EbpfSampler,
+    reader: &mut ThreadReader,
+) {
     let want: HashMap<u32, u64> = target.threads.iter().map(|t| (t.tid, t.tp)).collect();
     let end = Instant::now() + WINDOW;
     let mut checked = 0;
     while Instant::now() < end && checked < 50 {
         sampler.wait(Duration::from_millis(20)).expect("wait");
-        while let Some(s) = sampler.next_sample() {
+        while let Some(s) = sampler.next_sample(&mut *reader) {
             if let Some(tp) = want.get(&s.tid) {
                 assert_eq!(s.thread_pointer, *tp, "{name}: thread pointer of {}", s.tid);
                 checked += 1;
@@ -223,7 +233,7 @@ fn every_access_model_on_glibc_and_musl() {
         // case run without spare static TLS).
         let exits = case.label == "le-glibc" || !case.env.is_empty();
         if exits {
-            check_thread_pointers(&case.label, &target, &mut sampler);
+            check_thread_pointers(&case.label, &target, &mut sampler, &mut reader);
             check_exit(&case.label, &mut target, &mut reader, &mut sampler);
             passed.push(format!("{} (thread pointers, a thread exits)", case.label));
         } else {
@@ -235,26 +245,19 @@ fn every_access_model_on_glibc_and_musl() {
 
 #[test]
 fn rust_writer_with_key_map() {
-    // Examples are built next to the test binaries' directory.
-    let exe = std::env::current_exe()
-        .expect("test binary path")
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("examples/ebpf_busy_fixture");
-    let target = start(&exe, &[], &[]);
+    let target = start(&matrix::busy_fixture(), &[], &[]);
     // Named attributes: the key map of the process context names both paths' samples.
     let (mut reader, mut sampler) = check("rust-writer", &target, AccessModel::LocalExec, true);
-    check_thread_pointers("rust-writer", &target, &mut sampler);
+    check_thread_pointers("rust-writer", &target, &mut sampler, &mut reader);
 
-    // A snapshot: every spinning thread, as ptrace reads it, under its own name.
-    let reports = sampler
-        .snapshot(&mut reader, WINDOW)
-        .expect("an eBPF snapshot");
+    // A snapshot by the library's sampler: every spinning thread, as ptrace reads it,
+    // under its own name.
+    let reports = ebpf_snapshot(&[target.child.id()]);
     for t in &target.threads {
         let report = reports
             .iter()
-            .find(|r| r.tid == t.tid)
+            .find(|(_, r)| r.tid == t.tid)
+            .map(|(_, r)| r)
             .unwrap_or_else(|| panic!("thread {} not in the snapshot", t.tid));
         let ebpf = report.context.as_ref().expect("a sampled context");
         let ptrace = reader.read_thread(t.tid).expect("a ptrace read");
@@ -271,7 +274,9 @@ fn rust_writer_with_key_map() {
         module_id: 1 << 19,
         offset: 0,
     };
-    sampler.set_resolution(&nowhere).expect("reconfigure");
+    sampler
+        .set_process_resolution(reader.pid(), &nowhere)
+        .expect("reconfigure");
     let seen = sample(&mut sampler, &mut reader, WINDOW, "nowhere");
     assert!(!seen.is_empty(), "no sample under the changed location");
     for (tid, samples) in &seen {
@@ -280,7 +285,9 @@ fn rust_writer_with_key_map() {
             "thread {tid}: {samples:?}"
         );
     }
-    sampler.set_resolution(&good).expect("reconfigure");
+    sampler
+        .set_process_resolution(reader.pid(), &good)
+        .expect("reconfigure");
     let seen = sample(&mut sampler, &mut reader, WINDOW, "back");
     for t in target.threads.iter().filter(|t| t.record != 0) {
         let samples = seen.get(&t.tid).map_or(&[][..], Vec::as_slice);
@@ -297,20 +304,15 @@ fn rust_writer_with_key_map() {
 
 #[test]
 fn stacks_and_registers_with_each_sample() {
-    let exe = std::env::current_exe()
-        .expect("test binary path")
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("examples/ebpf_busy_fixture");
-    let target = start(&exe, &[], &[]);
+    let target = start(&matrix::busy_fixture(), &[], &[]);
     let pid = target.child.id();
     let mut reader = ThreadReader::open(pid).expect("thread reader");
     let options = EbpfOptions::default()
         .with_frequency_hz(999)
         .with_stack_size(16 * 1024)
         .with_kernel_stack(true);
-    let mut sampler = EbpfSampler::start(&reader, options).expect("the eBPF sampler");
+    let mut sampler = EbpfSampler::new(options).expect("the eBPF sampler");
+    sampler.add_process(&reader).expect("follow the fixture");
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
     let lines: Vec<_> = maps
         .lines()
@@ -326,7 +328,7 @@ fn stacks_and_registers_with_each_sample() {
     let tids: Vec<u32> = target.threads.iter().map(|t| t.tid).collect();
     while std::time::Instant::now() < end {
         sampler.wait(Duration::from_millis(50)).expect("wait");
-        while let Some((stack, context)) = sampler.next_stack_sample(&mut reader) {
+        while let Some(stack) = sampler.next_sample(&mut reader) {
             if !tids.contains(&stack.tid) {
                 continue;
             }
@@ -346,21 +348,27 @@ fn stacks_and_registers_with_each_sample() {
             }
             with_kernel_frames += usize::from(!stack.kernel_frames.is_empty());
             // The context still comes with it.
-            let _ = context.expect("a readable context");
+            let _ = stack.context.expect("a readable context");
         }
     }
     assert!(samples >= 20, "{samples} samples of the busy threads");
     println!("{samples} samples, {with_kernel_frames} with kernel frames");
 }
 
-/// The Rust writer's fixture, built next to the test binaries' directory.
-fn busy_fixture() -> std::path::PathBuf {
-    std::env::current_exe()
-        .expect("test binary path")
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("examples/ebpf_busy_fixture")
+/// What the library's sampler, by eBPF, reads of every thread of `pids` that ran in a
+/// window: each process's threads with the context of their last sample.
+fn ebpf_snapshot(pids: &[u32]) -> Vec<(u32, ThreadReport)> {
+    let options = SamplerOptions::default()
+        .with_method(Some(Method::Ebpf))
+        .with_frequency_hz(999)
+        .with_stack_size(0)
+        .with_require_known_schema(true);
+    let mut sampler = Sampler::new(options).expect("the library's eBPF sampler");
+    for &pid in pids {
+        let following = sampler.add_process(pid).expect("follow the fixture");
+        assert!(following.has_contexts(), "{pid}: {following:?}");
+    }
+    sampler.snapshot(WINDOW).expect("an eBPF snapshot")
 }
 
 /// A reader of `target` that names attributes with its key map.
@@ -380,9 +388,10 @@ fn sample_many(
     let end = Instant::now() + window;
     while Instant::now() < end {
         sampler.wait(Duration::from_millis(20)).expect("wait");
-        while let Some((stack, context)) = sampler.next_stack_sample(readers) {
-            let (pid, tid) = (stack.pid, stack.tid);
-            let context = context
+        while let Some(sample) = sampler.next_sample(readers) {
+            let (pid, tid) = (sample.pid, sample.tid);
+            let context = sample
+                .context
                 .unwrap_or_else(|e| panic!("sample of thread {tid} of {pid}: {e}"))
                 .map(|c| Context::from(&c));
             seen.entry((pid, tid)).or_default().push(context);
@@ -436,7 +445,7 @@ fn check_sampled(
 
 #[test]
 fn one_sampler_many_processes() {
-    let exe = busy_fixture();
+    let exe = matrix::busy_fixture();
     // The second registers its keys in the other order: the same attributes under other
     // key indices, which only its own key map names right.
     let a = start(&exe, &[], &[]);
@@ -482,12 +491,10 @@ fn one_sampler_many_processes() {
     let mut sampler =
         EbpfSampler::new(EbpfOptions::default().with_frequency_hz(999)).expect("the eBPF sampler");
     assert_eq!(sampler.pids().count(), 0);
-    assert_eq!(sampler.pid(), 0);
-    assert!(sampler.next_sample().is_none());
+    assert!(sampler.next_sample(&mut readers).is_none());
     sampler.add_process(&readers[&pa]).expect("add a");
     sampler.add_process(&readers[&pb]).expect("add b");
     assert_eq!(sampler.pids().collect::<Vec<_>>(), [pa, pb]);
-    assert_eq!(sampler.pid(), pa);
     assert_eq!(
         sampler.process_resolution(pb),
         Some(readers[&pb].resolution())
@@ -499,8 +506,8 @@ fn one_sampler_many_processes() {
     let mut raw: HashMap<u32, usize> = HashMap::new();
     while Instant::now() < end {
         sampler.wait(Duration::from_millis(20)).expect("wait");
-        while let Some(s) = sampler.next_sample() {
-            let pid = s.pid();
+        while let Some(s) = sampler.next_sample(&mut readers) {
+            let pid = s.pid;
             assert!(pid == pa || pid == pb, "a sample of process {pid}");
             assert!(
                 Path::new(&format!("/proc/{pid}/task/{}", s.tid)).exists(),
@@ -532,7 +539,6 @@ fn one_sampler_many_processes() {
     assert!(sampler.remove_process(pa));
     assert!(!sampler.remove_process(pa));
     assert_eq!(sampler.pids().collect::<Vec<_>>(), [pb, pc]);
-    assert_eq!(sampler.pid(), pb);
     let seen = sample_many(&mut sampler, &mut readers, WINDOW);
     assert!(
         seen.keys().all(|(pid, _)| *pid != pa),
@@ -542,7 +548,7 @@ fn one_sampler_many_processes() {
     check_sampled(&c, &seen, &expected, "after a removal");
     assert!(matches!(
         sampler.set_process_resolution(pa, readers[&pb].resolution()),
-        Err(otel_ctx_reader::EbpfError::UnknownProcess { pid }) if pid == pa
+        Err(otel_ctx_reader::ebpf::EbpfError::UnknownProcess { pid }) if pid == pa
     ));
 
     // Adding a process again replaces its entry.
@@ -570,14 +576,13 @@ fn one_sampler_many_processes() {
     }
     check_sampled(&c, &seen, &expected, "after b's change");
 
-    // A snapshot across the processes that have a reader.
-    let reports = sampler
-        .snapshot(&mut readers, WINDOW)
-        .expect("an eBPF snapshot");
+    // A snapshot of the library's sampler across processes.
+    let reports = ebpf_snapshot(&[pb, pc]);
     for t in &c.threads {
         let report = reports
             .iter()
-            .find(|r| r.tid == t.tid)
+            .find(|(pid, r)| *pid == pc && r.tid == t.tid)
+            .map(|(_, r)| r)
             .unwrap_or_else(|| panic!("thread {} of c not in the snapshot", t.tid));
         let ebpf = report.context.as_ref().expect("a sampled context");
         let ptrace = readers
@@ -594,15 +599,15 @@ fn one_sampler_many_processes() {
 fn no_more_processes_than_room() {
     assert_eq!(
         EbpfOptions::default().max_processes,
-        otel_ctx_reader::EBPF_MAX_PROCESSES
+        otel_ctx_reader::ebpf::EBPF_MAX_PROCESSES
     );
     assert_eq!(
         EbpfOptions::default()
             .with_max_processes(usize::MAX)
             .max_processes,
-        otel_ctx_reader::EBPF_MAX_PROCESSES
+        otel_ctx_reader::ebpf::EBPF_MAX_PROCESSES
     );
-    let exe = busy_fixture();
+    let exe = matrix::busy_fixture();
     let targets = [start(&exe, &[], &[]), start(&exe, &[], &[])];
     let readers: Vec<ThreadReader> = targets.iter().map(named_reader).collect();
     let mut sampler =
@@ -611,7 +616,7 @@ fn no_more_processes_than_room() {
     // The same process again replaces its entry: no room needed.
     sampler.add_process(&readers[0]).expect("replace");
     match sampler.add_process(&readers[1]) {
-        Err(otel_ctx_reader::EbpfError::TooManyProcesses { max: 1 }) => {}
+        Err(otel_ctx_reader::ebpf::EbpfError::TooManyProcesses { max: 1 }) => {}
         other => panic!("a second process: {other:?}"),
     }
     assert_eq!(sampler.pids().collect::<Vec<_>>(), [readers[0].pid()]);
@@ -623,7 +628,7 @@ fn no_more_processes_than_room() {
 
 #[test]
 fn a_process_followed_for_its_stacks_only() {
-    let target = start(&busy_fixture(), &[], &[]);
+    let target = start(&matrix::busy_fixture(), &[], &[]);
     let pid = target.child.id();
     let tids: Vec<u32> = target.threads.iter().map(|t| t.tid).collect();
     let options = EbpfOptions::default()
@@ -638,10 +643,10 @@ fn a_process_followed_for_its_stacks_only() {
     let (mut samples, end) = (0, Instant::now() + WINDOW);
     while Instant::now() < end {
         sampler.wait(Duration::from_millis(20)).expect("wait");
-        while let Some((stack, context)) = sampler.next_stack_sample(&mut readers) {
+        while let Some(stack) = sampler.next_sample(&mut readers) {
             assert_eq!(stack.pid, pid);
             assert!(!stack.stack.is_empty() && stack.registers.sp != 0);
-            assert!(matches!(context, Ok(None)), "{context:?}");
+            assert!(matches!(stack.context, Ok(None)), "{:?}", stack.context);
             samples += usize::from(tids.contains(&stack.tid));
         }
     }
@@ -692,7 +697,7 @@ fn name_mappings(exe: &Path, names: &[&str]) -> std::process::Child {
 }
 
 /// The pids the hook reports within `window`.
-fn reported(hook: &mut otel_ctx_reader::PublicationHook, window: Duration) -> Vec<u32> {
+fn reported(hook: &mut otel_ctx_reader::ebpf::PublicationHook, window: Duration) -> Vec<u32> {
     let (mut pids, end) = (Vec::new(), Instant::now() + window);
     while Instant::now() < end {
         hook.wait(Duration::from_millis(20)).expect("wait");
@@ -706,14 +711,14 @@ fn reported(hook: &mut otel_ctx_reader::PublicationHook, window: Duration) -> Ve
 #[test]
 fn the_publication_hook_reports_who_names_otel_ctx() {
     let exe = prctl_names();
-    let mut hook = otel_ctx_reader::PublicationHook::new().unwrap_or_else(|e| {
+    let mut hook = otel_ctx_reader::ebpf::PublicationHook::new().unwrap_or_else(|e| {
         panic!("the publication hook: {e} (this test needs root and tracefs mounted)")
     });
     // Other names, a longer one, a shorter one, and another option: not reported.
     let mut others = name_mappings(&exe, &["OTHER", "OTEL_CTX2", "OTEL_CT", "otel_ctx"]);
     // Then the spec's name, from a second process, and a writer publishing for real.
     let mut named = name_mappings(&exe, &["OTEL_CTX"]);
-    let writer = start(&busy_fixture(), &[], &[]);
+    let writer = start(&matrix::busy_fixture(), &[], &[]);
     let pids = reported(&mut hook, Duration::from_millis(300));
     let (other, named_pid) = (others.id(), named.id());
     assert!(!pids.contains(&other), "{other} reported: {pids:?}");

@@ -6,7 +6,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use otel_ctx_reader::files::{open_mapped, OpenedVia, Refusal};
-use otel_ctx_reader::{FileRange, MappedFile, ProcessMaps};
+use otel_ctx_reader::maps::{FileRange, MappedFile};
+use otel_ctx_reader::ProcessMaps;
 
 /// This test binary as its maps show it.
 fn own_executable() -> MappedFile {

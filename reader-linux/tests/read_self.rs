@@ -15,9 +15,8 @@ use otel_ctx_codec::proto::{AnyValue, KeyValue, ProcessContext};
 use otel_ctx_codec::threadlocal::{reference_data, SCHEMA_TLSDESC_V1_DEV};
 use otel_ctx_reader::maps::MappingKind;
 use otel_ctx_reader::memory::ReadMethod;
-use otel_ctx_reader::{
-    boottime_ns, Error, Malformed, OwnedValue, ProcessContextReader, ReaderOptions,
-};
+use otel_ctx_reader::process::{boottime_ns, Malformed, OwnedValue, ReaderOptions};
+use otel_ctx_reader::{Error, ProcessContextReader};
 use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
 use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
 
@@ -307,7 +306,7 @@ fn payload_pointer_unmapped() {
 fn timestamp_stuck_at_zero() {
     hostile(
         |h| h.monotonic_published_at_ns = 0,
-        |e| matches!(e, Error::StillUpdating { attempts, .. } if *attempts == otel_ctx_reader::DEFAULT_MAX_ATTEMPTS),
+        |e| matches!(e, Error::StillUpdating { attempts, .. } if *attempts == otel_ctx_reader::process::DEFAULT_MAX_ATTEMPTS),
     );
 }
 
@@ -406,7 +405,7 @@ fn errors_say_what_to_do() {
         pid: 5,
         operation: "open /proc/5/maps".into(),
         source: std::io::Error::from_raw_os_error(13),
-        refuser: otel_ctx_reader::Refuser::Yama(2),
+        refuser: otel_ctx_reader::procfs::Refuser::Yama(2),
     };
     let text = denied.to_string();
     assert!(

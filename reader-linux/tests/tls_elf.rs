@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use otel_ctx_reader::tls::{ElfTls, Relocated};
-use otel_ctx_reader::{Machine, SymbolTable};
+use otel_ctx_reader::thread::tls::{ElfTls, Relocated};
+use otel_ctx_reader::thread::tls::{Machine, SymbolTable};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
 

@@ -9,11 +9,13 @@
 use std::path::Path;
 
 use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
-use otel_ctx_reader::tls::{
+use otel_ctx_reader::thread::tls::{
     loaded_modules, read_stopped, resolve, ElfCache, SlotState, StoppedThread,
 };
-use otel_ctx_reader::{AccessModel, Libc, ProcessMaps};
-use otel_ctx_reader::{RecordBuffer, StackBuffer, ThreadReader, ThreadReaderOptions};
+use otel_ctx_reader::thread::tls::{AccessModel, Libc};
+use otel_ctx_reader::thread::ThreadReaderOptions;
+use otel_ctx_reader::ProcessMaps;
+use otel_ctx_reader::{RecordBuffer, StackBuffer, ThreadReader};
 
 // Shared with `ebpf_matrix.rs`, which uses all of it (this test leaves `Target::lines`).
 #[allow(dead_code)]

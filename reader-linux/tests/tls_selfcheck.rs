@@ -11,8 +11,9 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::process::Command;
 
-use otel_ctx_reader::tls::{loaded_modules, resolve_for, ElfCache, TargetMemory};
-use otel_ctx_reader::{AccessModel, Libc, ProcessMaps, SymbolTable};
+use otel_ctx_reader::thread::tls::{loaded_modules, resolve_for, ElfCache, TargetMemory};
+use otel_ctx_reader::thread::tls::{AccessModel, Libc, SymbolTable};
+use otel_ctx_reader::ProcessMaps;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
 

@@ -23,11 +23,12 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use otel_ctx_reader::{
-    boottime_ns, comm, Error, OwnedKeyValue, OwnedValue, ProcessContextReader, Snapshot,
-};
+use otel_ctx_reader::process::{boottime_ns, OwnedKeyValue, OwnedValue};
+use otel_ctx_reader::procfs::comm;
+use otel_ctx_reader::{Error, ProcessContextReader, Snapshot};
 
-use super::watch::{Sampler, Screen};
+use super::tally::Tally;
+use super::text::Screen;
 use super::{catch_sigint, out, text, Failure, INTERRUPTED};
 
 /// How often the viewer polls the timestamp.
@@ -44,7 +45,9 @@ const HISTORY: usize = 8;
 pub fn run(duration: Duration, ebpf: bool, profile: Option<&Path>) -> Result<(), Failure> {
     #[cfg(not(feature = "ebpf"))]
     if ebpf {
-        return Err(Failure::usage(super::watch::NO_EBPF));
+        return Err(Failure::usage(
+            otel_ctx_reader::SamplerError::NoEbpf.to_string(),
+        ));
     }
     catch_sigint().map_err(Failure::Unusable)?;
     let exe = std::env::current_exe()
@@ -112,21 +115,15 @@ struct View {
     history: VecDeque<String>,
     screen: Screen,
     /// Samples of the service's threads, per `http.route`.
-    sampler: Option<Sampler>,
+    sampler: Option<Tally>,
 }
 
 /// Samples per second the live view takes, by ptrace rounds or eBPF ticks.
 const HZ: u32 = 99;
 
 /// Opens the thread sampler of the service, by ptrace or (`ebpf`) by the eBPF sampler.
-fn open_sampler(pid: u32, ebpf: bool) -> Result<Sampler, Failure> {
-    #[cfg(feature = "ebpf")]
-    if ebpf {
-        return Sampler::open_ebpf(pid, "http.route", false, HZ);
-    }
-    // Without the feature, `run` refused `--ebpf` before starting anything.
-    let _ = ebpf;
-    Sampler::open(pid, "http.route", false)
+fn open_sampler(pid: u32, ebpf: bool) -> Result<Tally, Failure> {
+    Tally::open(pid, HZ, "http.route", false, ebpf)
 }
 
 /// Starts `otel-ctx profile` on the service for what is left of the demo's run, writing
@@ -194,13 +191,9 @@ fn watch(pid: u32, duration: Duration, ebpf: bool, profile: Option<&Path>) -> Re
             }
         }
         match view.sampler.as_mut() {
-            // The eBPF sampler waits for its own samples, up to one sampling period.
-            Some(sampler) if sampler.is_ebpf() => {
-                sampler.step(SAMPLE)?;
-            }
+            // The sampler waits for its samples (or its next round), up to `SAMPLE`.
             Some(sampler) => {
-                sampler.round()?;
-                thread::sleep(SAMPLE);
+                sampler.step(SAMPLE)?;
             }
             None => thread::sleep(SAMPLE),
         }
@@ -226,7 +219,7 @@ fn watch(pid: u32, duration: Duration, ebpf: bool, profile: Option<&Path>) -> Re
         out(&format!(
             "thread samples per http.route, as a profiler reading otel_thread_ctx_v1 sees them \
              ({})\n{}{}",
-            sampler.how(pid, HZ),
+            sampler.how(),
             sampler.table(),
             sampler.unreadable_lines()
         ))?;
@@ -235,7 +228,7 @@ fn watch(pid: u32, duration: Duration, ebpf: bool, profile: Option<&Path>) -> Re
         "{why} after {}: saw {} publications of the process context, took {} thread samples\n",
         text::duration(view.started.elapsed().as_nanos() as u64),
         view.publications,
-        view.sampler.as_ref().map_or(0, Sampler::samples)
+        view.sampler.as_ref().map_or(0, Tally::samples)
     ))
 }
 
@@ -346,7 +339,7 @@ impl View {
             let _ = writeln!(
                 out,
                 "\n{} ({} so far) through {}",
-                sampler.how(self.pid, HZ),
+                sampler.how(),
                 sampler.samples(),
                 sampler.heading()
             );

@@ -2,7 +2,8 @@
 //! fields in the order `cli/JSON.md` documents, so that the output keeps that order.
 //! Attribute lists keep wire order too, which is why they have their own [`Serialize`].
 
-use otel_ctx_reader::{OwnedKeyValue, OwnedValue, Snapshot};
+use otel_ctx_reader::process::{OwnedKeyValue, OwnedValue};
+use otel_ctx_reader::Snapshot;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 

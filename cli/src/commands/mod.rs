@@ -17,6 +17,7 @@ pub mod otlp;
 pub mod profile;
 pub mod ps;
 pub mod show;
+pub mod tally;
 pub mod text;
 pub mod threads;
 pub mod watch;
@@ -76,6 +77,17 @@ impl From<ThreadError> for Failure {
             }
             e => Self::Unusable(e.to_string()),
         }
+    }
+}
+
+/// What the tool says of a sampler that cannot start or cannot follow a process: as
+/// for the reader's errors, a process that publishes nothing valid is a finding (1), one
+/// that cannot be read is not (2).
+pub fn sampler_failure(e: otel_ctx_reader::SamplerError) -> Failure {
+    match e {
+        otel_ctx_reader::SamplerError::Process(e) => e.into(),
+        otel_ctx_reader::SamplerError::Thread(e) => e.into(),
+        e => Failure::Unusable(e.to_string()),
     }
 }
 

@@ -9,23 +9,18 @@
 //! cannot be used) from ptrace rounds that stop every thread that is running or ready to
 //! run (`R` in its `stat`) at the rate.
 
-use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use otel_ctx_profile::{Filter, FoldedOptions, Profile, ProfileOptions, Profiler, Sample};
-use otel_ctx_reader::{
-    ProcessContextReader, ProcessMaps, ReaderOptions, RecordBuffer, SampleError, StackBuffer,
-    ThreadError, ThreadReader, ThreadReaderOptions, DEFAULT_STACK_SIZE,
+use otel_ctx_profile::{
+    Filter, FoldedOptions, ProcessProfiler, Profile, ProfileOptions, SessionOptions,
 };
+use otel_ctx_reader::thread::DEFAULT_STACK_SIZE;
+use otel_ctx_reader::{Following, Method, SamplerOptions};
 
-use super::{catch_sigint, out, show, text, Failure, INTERRUPTED};
-
-/// How often, at most, the maps are read again while samples land outside every known
-/// module (a library loaded since): reading them takes the target's mmap lock.
-const MAPS_REFRESH: Duration = Duration::from_secs(1);
+use super::{catch_sigint, text, Failure, INTERRUPTED};
 
 /// `--max-processes` when not given: as many as the eBPF sampler has room for.
 pub const DEFAULT_MAX_PROCESSES: usize = 1024;
@@ -171,6 +166,23 @@ impl Request {
         }
     }
 
+    /// The session's options: the sampler's (eBPF unless `--ptrace`, with ptrace when BPF
+    /// cannot be used), the profile's (lines, the filter).
+    pub fn session(&self, filter: Filter) -> SessionOptions {
+        let method = self.ptrace.then_some(Method::Ptrace);
+        let sampler = SamplerOptions::default()
+            .with_method(method)
+            .with_frequency_hz(self.hz)
+            .with_stack_size(self.stack_size)
+            .with_max_processes(self.max_processes);
+        let profile = ProfileOptions::default()
+            .with_lines(self.lines)
+            .with_filter(filter);
+        SessionOptions::default()
+            .with_sampler(sampler)
+            .with_profile(profile)
+    }
+
     /// With `--all` (and no OTLP destination): the directory `-o` names (created if
     /// missing; default the current one), where `profile.<pid>.<ext>` files go.
     #[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
@@ -225,187 +237,6 @@ fn trace_id(text: &str) -> Result<[u8; 16], Failure> {
         .map_err(|_| Failure::usage(format!("--trace {text}: a trace id has 32 hex digits")))
 }
 
-/// Where samples come from.
-enum Source {
-    #[cfg(feature = "ebpf")]
-    Ebpf(Box<otel_ctx_reader::EbpfSampler>),
-    Ptrace {
-        records: RecordBuffer,
-        stack: StackBuffer,
-    },
-}
-
-/// A profile being taken.
-struct Session {
-    reader: ThreadReader,
-    profiler: Profiler,
-    source: Source,
-    names: HashMap<u32, String>,
-    maps_read: Instant,
-    maps_suspect: bool,
-    unreadable: u64,
-}
-
-impl Session {
-    fn open(request: &Request, pid: u32, filter: Filter) -> Result<Self, Failure> {
-        let maps = show::read_maps(pid)?;
-        let reader = match ThreadReader::from_maps(&maps, ThreadReaderOptions::default()) {
-            Ok(reader) => reader,
-            // A process that announces no known schema: its records are still read,
-            // their attributes named by index.
-            Err(ThreadError::Schema { .. }) => ThreadReader::from_maps(
-                &maps,
-                ThreadReaderOptions::default().with_require_known_schema(false),
-            )?,
-            Err(e) => return Err(e.into()),
-        };
-        let period = 1_000_000_000 / u64::from(request.hz);
-        let options = ProfileOptions::default()
-            .with_period_ns(period)
-            .with_lines(request.lines)
-            .with_filter(filter);
-        let mut profiler = Profiler::new(pid, options);
-        profiler.update_maps(&maps);
-        let snapshot = ProcessContextReader::from_maps(&maps, ReaderOptions::default())
-            .and_then(|mut r| r.read())
-            .ok();
-        profiler.set_process_context(snapshot.as_ref());
-        let source = Self::source(request, &reader)?;
-        Ok(Self {
-            reader,
-            profiler,
-            source,
-            names: HashMap::new(),
-            maps_read: Instant::now(),
-            maps_suspect: false,
-            unreadable: 0,
-        })
-    }
-
-    /// The eBPF sampler unless `--ptrace`; ptrace when BPF cannot be used (said on
-    /// stderr).
-    fn source(request: &Request, reader: &ThreadReader) -> Result<Source, Failure> {
-        let ptrace = || Source::Ptrace {
-            records: RecordBuffer::new(),
-            stack: StackBuffer::new(request.stack_size),
-        };
-        if request.ptrace {
-            return Ok(ptrace());
-        }
-        #[cfg(feature = "ebpf")]
-        {
-            let options = otel_ctx_reader::EbpfOptions::default()
-                .with_frequency_hz(u64::from(request.hz))
-                .with_stack_size(request.stack_size);
-            match otel_ctx_reader::EbpfSampler::start(reader, options) {
-                Ok(sampler) => return Ok(Source::Ebpf(Box::new(sampler))),
-                Err(e) => eprintln!("otel-ctx: {e}; sampling with ptrace instead"),
-            }
-        }
-        #[cfg(not(feature = "ebpf"))]
-        {
-            let _ = reader;
-            if !request.quiet {
-                eprintln!(
-                    "otel-ctx: this otel-ctx was built without the eBPF sampler (feature \
-                     `ebpf`): sampling with ptrace"
-                );
-            }
-        }
-        Ok(ptrace())
-    }
-
-    const fn is_ebpf(&self) -> bool {
-        match self.source {
-            #[cfg(feature = "ebpf")]
-            Source::Ebpf(_) => true,
-            Source::Ptrace { .. } => false,
-        }
-    }
-
-    /// The name of thread `tid`, read once.
-    fn name(names: &mut HashMap<u32, String>, pid: u32, tid: u32) -> &str {
-        names
-            .entry(tid)
-            .or_insert_with(|| otel_ctx_reader::procfs::thread_name(pid, tid))
-    }
-
-    /// One step: up to `wait` of eBPF samples, or one ptrace round.
-    fn step(&mut self, wait: Duration) -> Result<(), Failure> {
-        let pid = self.reader.pid();
-        match &mut self.source {
-            #[cfg(feature = "ebpf")]
-            Source::Ebpf(sampler) => {
-                // A failed wait shows as no samples; the next step waits again.
-                let _ = sampler.wait(wait);
-                while let Some((stack, context)) = sampler.next_stack_sample(&mut self.reader) {
-                    let context = match context {
-                        Ok(context) => context,
-                        Err(e) => {
-                            self.unreadable += 1;
-                            self.maps_suspect |= matches!(e, SampleError::Tls(_));
-                            None
-                        }
-                    };
-                    let name = Self::name(&mut self.names, pid, stack.tid);
-                    let sample = Sample::new(stack.tid, name, stack.registers, stack.stack)
-                        .with_context(context.as_ref().map(Into::into));
-                    self.maps_suspect |= self.profiler.add(&sample).outside_modules;
-                }
-            }
-            Source::Ptrace { records, stack } => {
-                let _ = wait;
-                let tids = self.reader.tids().map_err(Failure::from)?;
-                for tid in tids.into_iter().filter(|&tid| running(pid, tid)) {
-                    match self.reader.sample_with_stack_into(tid, records, stack) {
-                        Ok((registers, context)) => {
-                            let name = Self::name(&mut self.names, pid, tid);
-                            let sample = Sample::new(tid, name, registers, stack.bytes())
-                                .with_context(context.as_ref().map(Into::into));
-                            self.maps_suspect |= self.profiler.add(&sample).outside_modules;
-                        }
-                        Err(SampleError::Ptrace(otel_ctx_reader::PtraceError::Gone)) => {}
-                        Err(e) => {
-                            self.unreadable += 1;
-                            self.maps_suspect |= matches!(e, SampleError::Tls(_));
-                        }
-                    }
-                }
-            }
-        }
-        if self.maps_suspect && self.maps_read.elapsed() >= MAPS_REFRESH {
-            self.maps_suspect = false;
-            self.maps_read = Instant::now();
-            if let Ok(maps) = ProcessMaps::read(pid) {
-                self.profiler.update_maps(&maps);
-            }
-            if let Ok(true) = self.reader.refresh_modules() {
-                #[cfg(feature = "ebpf")]
-                if let Source::Ebpf(sampler) = &mut self.source {
-                    let _ = sampler.set_resolution(self.reader.resolution());
-                }
-            }
-            self.reader.refresh_key_map();
-        }
-        Ok(())
-    }
-
-    /// Samples lost to a full ring buffer (eBPF only).
-    fn lost(&self) -> u64 {
-        match &self.source {
-            #[cfg(feature = "ebpf")]
-            Source::Ebpf(sampler) => sampler.counters().map_or(0, |c| c.lost),
-            Source::Ptrace { .. } => 0,
-        }
-    }
-}
-
-/// Whether thread `tid` is running or ready to run (`R` in its `stat`): what a CPU
-/// profile samples.
-fn running(pid: u32, tid: u32) -> bool {
-    otel_ctx_reader::procfs::task_stat(pid, tid).is_some_and(|stat| stat.is_running())
-}
-
 /// Runs `profile`.
 pub fn run(request: &Request) -> Result<(), Failure> {
     if request.hz == 0 || request.hz > 10_000 {
@@ -425,51 +256,34 @@ pub fn run(request: &Request) -> Result<(), Failure> {
     };
     let (path, format) = request.output(pid)?;
     catch_sigint().map_err(Failure::Unusable)?;
-    let mut session = Session::open(request, pid, filter)?;
-    let progress = !request.quiet && std::io::stderr().is_terminal();
-    let started = Instant::now();
-    let period = Duration::from_secs(1) / request.hz;
-    let mut next = started;
-    let mut last_progress = started;
-    let forever = request.duration.is_zero();
-    while (forever || started.elapsed() < request.duration) && !INTERRUPTED.load(Ordering::Relaxed)
-    {
-        let left = match forever {
-            true => Duration::MAX,
-            false => request.duration.saturating_sub(started.elapsed()),
-        };
-        match session.step(left.min(Duration::from_millis(100))) {
-            Ok(()) => {}
-            Err(_) if otel_ctx_reader::memory::is_gone(pid) => break,
-            Err(e) => return Err(e),
-        }
-        if progress && last_progress.elapsed() >= Duration::from_millis(250) {
-            last_progress = Instant::now();
-            eprint!("\r\x1b[K{}", progress_line(&session, started, request));
-        }
-        if !session.is_ebpf() {
-            next += period;
-            let now = Instant::now();
-            if next > now {
-                std::thread::sleep(next - now);
-            } else {
-                next = now;
-            }
+    let mut session =
+        ProcessProfiler::start(pid, request.session(filter)).map_err(super::sampler_failure)?;
+    if let Some(why) = session.sampler().fallback() {
+        if !request.quiet || cfg!(feature = "ebpf") {
+            eprintln!("otel-ctx: {why}; sampling with ptrace");
         }
     }
+    let progress = !request.quiet && std::io::stderr().is_terminal();
+    let mut last_progress = Instant::now();
+    session
+        .run(request.duration, |session| {
+            if progress && last_progress.elapsed() >= Duration::from_millis(250) {
+                last_progress = Instant::now();
+                eprint!("\r\x1b[K{}", progress_line(session, request));
+            }
+            INTERRUPTED.load(Ordering::Relaxed)
+        })
+        .map_err(super::sampler_failure)?;
     if progress {
         eprint!("\r\x1b[K");
     }
-    let profile = session.profiler.profile();
+    let profile = session.profile();
     let folded = FoldedOptions::default().with_by(Some(request.by.clone()));
     write(&profile, format, &folded, &path)?;
-    let summary = summary(&session, &profile, started.elapsed(), &path, format);
-    if request.quiet || path.as_os_str() == "-" {
-        eprint!("{summary}");
-        Ok(())
-    } else {
-        out(&summary)
-    }
+    // Summaries and progress go to stderr, whatever the output: stdout is the profile's
+    // when it is `-`, and a script's otherwise.
+    eprint!("{}", summary(&session, &profile, &path, format));
+    Ok(())
 }
 
 /// `--all`, or an OTLP destination: many processes (or one) from one eBPF sampler,
@@ -495,20 +309,19 @@ fn run_fleet(request: &Request, filter: Filter) -> Result<(), Failure> {
     }
 }
 
-fn progress_line(session: &Session, started: Instant, request: &Request) -> String {
-    let stats = session.profiler.stats();
+fn progress_line(session: &ProcessProfiler, request: &Request) -> String {
+    let stats = session.sampler().stats();
     let of = match request.duration.is_zero() {
         true => "until stopped".to_owned(),
         false => format!("of {}", text::duration(request.duration.as_nanos() as u64)),
     };
     format!(
-        "profiling {} ({}): {} {of}, {} samples, {} lost, {} threads",
-        session.reader.pid(),
-        if session.is_ebpf() { "eBPF" } else { "ptrace" },
-        text::duration(started.elapsed().as_nanos() as u64),
+        "profiling {} ({}): {} {of}, {} samples, {} lost",
+        session.pid(),
+        session.sampler().method().name(),
+        text::duration(session.elapsed().as_nanos() as u64),
         stats.samples,
-        session.lost(),
-        session.names.len()
+        stats.lost,
     )
 }
 
@@ -540,28 +353,31 @@ pub fn write(
 
 /// The closing summary: samples, with and without a context, distinct stacks, unwinding
 /// failures, the output.
-fn summary(
-    session: &Session,
-    profile: &Profile,
-    elapsed: Duration,
-    path: &Path,
-    format: Format,
-) -> String {
+fn summary(session: &ProcessProfiler, profile: &Profile, path: &Path, format: Format) -> String {
     let stats = &profile.stats;
-    let mut out = format!(
+    let sampled = session.sampler().stats();
+    let mut out = String::new();
+    if let Following::StacksOnly(why) = session.following() {
+        out.push_str(&format!(
+            "process {} publishes no thread contexts ({why}): samples are labeled by thread \
+             alone\n",
+            session.pid()
+        ));
+    }
+    out.push_str(&format!(
         "{} samples in {} ({}): {} with a thread context, {} without, {} filtered out, {} \
          unreadable, {} lost; {} distinct stacks; {} walks stopped short",
         stats.samples,
-        text::duration(elapsed.as_nanos() as u64),
-        if session.is_ebpf() { "eBPF" } else { "ptrace" },
+        text::duration(session.elapsed().as_nanos() as u64),
+        session.sampler().method().name(),
         stats.with_context,
         stats.without_context,
         stats.filtered,
-        session.unreadable,
-        session.lost(),
+        sampled.unreadable_samples(),
+        sampled.lost,
         stats.distinct_stacks,
         stats.unwind_failures(),
-    );
+    ));
     let failures: Vec<String> = stats
         .unwind_ends
         .iter()

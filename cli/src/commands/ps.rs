@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
-use otel_ctx_reader::{boottime_ns, comm, diagnose, scan, Scan, ScanEntry, Snapshot};
+use otel_ctx_reader::process::{boottime_ns, Scan, ScanEntry};
+use otel_ctx_reader::procfs::{comm, diagnose};
+use otel_ctx_reader::{scan, Snapshot};
 use serde::Serialize;
 
 use super::{json, out, text, Failure};

@@ -1,25 +1,13 @@
 //! `otel-ctx show <pid>`: one process's whole context.
 
 use otel_ctx_reader::memory::is_gone;
-use otel_ctx_reader::{
-    boottime_ns, comm, Error, ProcessContextReader, ProcessMaps, ReaderOptions, Snapshot,
-};
+use otel_ctx_reader::process::{boottime_ns, ReaderOptions};
+use otel_ctx_reader::procfs::comm;
+use otel_ctx_reader::{Error, ProcessContextReader, ProcessMaps, Snapshot};
 use serde::Serialize;
 
 use super::threads::{self, Threads};
 use super::{json, out, text, Failure};
-
-/// The threads of the process of `maps`: stopped and read one by one (ptrace), or with
-/// `ebpf`, sampled while they run.
-fn read_threads(maps: &ProcessMaps, raw_keys: bool, ebpf: bool) -> Result<Threads, Failure> {
-    if !ebpf {
-        return Ok(threads::read(maps, raw_keys));
-    }
-    #[cfg(feature = "ebpf")]
-    return threads::read_ebpf(maps, raw_keys);
-    #[cfg(not(feature = "ebpf"))]
-    Err(Failure::usage(super::watch::NO_EBPF))
-}
 
 /// One pass over the maps of `pid`, for both the process context and the modules.
 pub fn read_maps(pid: u32) -> Result<ProcessMaps, Failure> {
@@ -45,7 +33,7 @@ pub fn run(pid: u32, as_json: bool, raw_keys: bool, ebpf: bool) -> Result<(), Fa
         ) => (None, Some(Failure::from(e))),
         Err(e) => return Err(e.into()),
     };
-    let threads = read_threads(&maps, raw_keys, ebpf)?;
+    let threads = threads::read(maps, raw_keys, ebpf)?;
     if as_json {
         json::print(&document(pid, snapshot.as_ref(), &threads))?;
     } else if let Some(s) = &snapshot {
@@ -53,7 +41,6 @@ pub fn run(pid: u32, as_json: bool, raw_keys: bool, ebpf: bool) -> Result<(), Fa
         let mut text = text::snapshot(s, &name, boottime_ns());
         text.push('\n');
         text.push_str(&threads::text(&threads));
-        #[cfg(feature = "ebpf")]
         if ebpf {
             text.push_str(&format!(
                 "(eBPF: the threads that ran during {} ms, each as last sampled; threads that \
@@ -91,7 +78,7 @@ fn document<'a>(pid: u32, snapshot: Option<&'a Snapshot>, read: &'a Threads) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use otel_ctx_reader::{OwnedKeyValue, OwnedValue};
+    use otel_ctx_reader::process::{OwnedKeyValue, OwnedValue};
 
     #[test]
     fn no_context_shape() {

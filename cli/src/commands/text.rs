@@ -1,66 +1,17 @@
 //! Text output: values on one line, durations, aligned tables.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 
-use otel_ctx_reader::{OwnedKeyValue, OwnedValue, Snapshot};
+use otel_ctx_reader::process::{OwnedKeyValue, OwnedValue};
+use otel_ctx_reader::Snapshot;
 
 /// Longest string shown whole in a table cell or a value line.
 const MAX_SHOWN: usize = 120;
 
-/// A value on one line: strings as they are at the top level and quoted inside arrays and
-/// kvlists, bytes in hex.
+/// A value on one line (the codec's text form of a value), cut when it is long.
 pub fn value(v: &OwnedValue) -> String {
-    let mut out = String::new();
-    match v {
-        OwnedValue::String(s) => out.push_str(&shorten(s)),
-        other => nested(&mut out, other),
-    }
-    out
-}
-
-fn nested(out: &mut String, v: &OwnedValue) {
-    match v {
-        OwnedValue::Empty => out.push_str("(empty)"),
-        OwnedValue::String(s) => {
-            let _ = write!(out, "{:?}", shorten(s));
-        }
-        OwnedValue::Bool(b) => {
-            let _ = write!(out, "{b}");
-        }
-        OwnedValue::Int(i) => {
-            let _ = write!(out, "{i}");
-        }
-        OwnedValue::Double(d) => {
-            let _ = write!(out, "{d:?}");
-        }
-        OwnedValue::Bytes(b) => {
-            out.push_str("0x");
-            for byte in b {
-                let _ = write!(out, "{byte:02x}");
-            }
-        }
-        OwnedValue::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                nested(out, item);
-            }
-            out.push(']');
-        }
-        OwnedValue::KvList(kvs) => {
-            out.push('{');
-            for (i, kv) in kvs.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                let _ = write!(out, "{}: ", kv.key);
-                nested(out, &kv.value);
-            }
-            out.push('}');
-        }
-    }
+    shorten(&v.to_string())
 }
 
 /// Cuts a long string at a character boundary and marks the cut.
@@ -165,9 +116,62 @@ pub fn snapshot(s: &Snapshot, comm: &str, now_ns: u64) -> String {
     out
 }
 
+/// `one` when `n` is 1, else `many`: `1 scan`, `2 scans`.
+pub const fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+/// Redraws a block of lines in place on a terminal.
+#[derive(Default)]
+pub struct Screen {
+    lines: usize,
+}
+
+/// The terminal's width in columns (80 when it cannot be asked).
+fn terminal_width() -> usize {
+    rustix::termios::tcgetwinsize(std::io::stdout())
+        .map(|size| usize::from(size.ws_col))
+        .ok()
+        .filter(|&cols| cols > 0)
+        .unwrap_or(80)
+}
+
+impl Screen {
+    /// Replaces the previous frame with `frame`. Lines are cut to the terminal's width:
+    /// a wrapped line would take rows the next redraw does not move back over.
+    pub fn draw(&mut self, frame: &str) {
+        let width = terminal_width();
+        let mut out = String::new();
+        if self.lines > 0 {
+            let _ = write!(out, "\x1b[{}A", self.lines);
+        }
+        out.push_str("\x1b[J");
+        self.lines = 0;
+        for line in frame.lines() {
+            out.extend(line.chars().take(width.saturating_sub(1)));
+            out.push('\n');
+            self.lines += 1;
+        }
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(out.as_bytes());
+        let _ = stdout.flush();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plurals() {
+        assert_eq!(plural(1, "scan", "scans"), "scan");
+        assert_eq!(plural(0, "scan", "scans"), "scans");
+        assert_eq!(plural(3, "process", "processes"), "processes");
+    }
 
     #[test]
     fn durations() {
@@ -195,16 +199,13 @@ mod tests {
     }
 
     #[test]
-    fn nested_values() {
-        let v = OwnedValue::Array(vec![
-            OwnedValue::String("a".into()),
-            OwnedValue::Bytes(vec![0, 255]),
-            OwnedValue::KvList(vec![OwnedKeyValue {
-                key: "k".into(),
-                value: OwnedValue::Double(1.0),
-            }]),
-        ]);
-        assert_eq!(value(&v), r#"["a", 0x00ff, {k: 1.0}]"#);
+    fn long_values_are_cut() {
+        let long = OwnedValue::String("x".repeat(500));
+        assert!(
+            value(&long).chars().count() <= MAX_SHOWN + 3,
+            "{}",
+            value(&long)
+        );
         assert_eq!(value(&OwnedValue::String("plain".into())), "plain");
     }
 }

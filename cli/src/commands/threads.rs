@@ -4,14 +4,19 @@ use std::fmt::Write as _;
 
 use otel_ctx_codec::attrs::{ResolvedAttrs, MAX_KEYS};
 use otel_ctx_codec::hex::encode as hex;
-use otel_ctx_reader::{OwnedThreadContext, ThreadError, ThreadReader, ThreadReport};
-use otel_ctx_reader::{ProcessMaps, SkippedModule, SymbolTable, ThreadReaderOptions};
+use std::time::Duration;
+
+use otel_ctx_reader::sampler::{self, PreparedProcess};
+use otel_ctx_reader::thread::tls::{SkippedModule, SymbolTable};
+use otel_ctx_reader::thread::{OwnedThreadContext, ThreadReport};
+use otel_ctx_reader::{
+    Following, Method, ProcessMaps, Sampler, SamplerError, SamplerOptions, ThreadError,
+    ThreadReader,
+};
 
 use serde::Serialize;
 
-#[cfg(feature = "ebpf")]
-use super::Failure;
-use super::{json, text};
+use super::{json, text, Failure};
 
 /// What `show` learned of a process's threads.
 pub enum Threads {
@@ -22,7 +27,7 @@ pub enum Threads {
     },
     /// The slot could not be located, or the threads could not be listed.
     Failed(String),
-    /// Every thread, read through `reader`.
+    /// Every thread, read through the sampler's reader of the process.
     Read {
         /// The reader, which knows the resolution.
         reader: Box<ThreadReader>,
@@ -42,20 +47,9 @@ impl Threads {
     }
 }
 
-/// Opens the thread reader of the process of `maps`. By default it reads only a process
-/// whose context announces a thread-context schema the reader knows, and names
-/// attributes through the key map, ignoring entries outside it (OTEP 4947). `raw_keys`
-/// (`--raw-keys`) reads the slot whatever the process context says.
-pub fn open(maps: &ProcessMaps, raw_keys: bool) -> Result<ThreadReader, ThreadError> {
-    ThreadReader::from_maps(
-        maps,
-        ThreadReaderOptions::default().with_require_known_schema(!raw_keys),
-    )
-}
-
 /// With `--raw-keys`: every entry of the record named by its key index (`#3`), the last
 /// occurrence of each, whatever the key map says.
-pub fn name_raw_keys(context: &mut OwnedThreadContext) {
+fn name_raw_keys(context: &mut OwnedThreadContext) {
     context.attributes = ResolvedAttrs::resolve(&context.attrs_data, MAX_KEYS)
         .iter()
         .map(|(key, value)| {
@@ -67,70 +61,59 @@ pub fn name_raw_keys(context: &mut OwnedThreadContext) {
         .collect();
 }
 
-fn name_all_raw(reports: &mut [ThreadReport]) {
-    for report in reports {
-        if let Ok(Some(context)) = &mut report.context {
-            name_raw_keys(context);
-        }
-    }
-}
-
-/// The reader, or what `show` says instead of the threads.
-fn open_or_say(maps: &ProcessMaps, raw_keys: bool) -> Result<ThreadReader, Threads> {
-    match open(maps, raw_keys) {
-        Ok(reader) => Ok(reader),
-        Err(ThreadError::NotExported { skipped }) => Err(Threads::NotPublished { skipped }),
-        Err(e) => Err(Threads::Failed(e.to_string())),
-    }
-}
-
-/// Reads every thread of the process of `maps` (`raw_keys` as in [`open`]).
-pub fn read(maps: &ProcessMaps, raw_keys: bool) -> Threads {
-    let mut reader = match open_or_say(maps, raw_keys) {
-        Ok(reader) => reader,
-        Err(said) => return said,
-    };
-    match reader.read_all() {
-        Ok(mut reports) => {
-            if raw_keys {
-                name_all_raw(&mut reports);
-            }
-            Threads::Read {
-                reader: Box::new(reader),
-                reports,
-            }
-        }
-        Err(e) => Threads::Failed(e.to_string()),
-    }
-}
-
 /// How long `show --ebpf` samples.
-#[cfg(feature = "ebpf")]
-pub const EBPF_WINDOW: std::time::Duration = std::time::Duration::from_millis(300);
+pub const EBPF_WINDOW: Duration = Duration::from_millis(300);
 
-/// Like [`read`], with the eBPF sampler ticking at 999 Hz on every CPU for
-/// [`EBPF_WINDOW`]: the threads that ran meanwhile, each with the context of its last
-/// sample (a thread that did not run is not listed). Fails when the kernel refuses BPF.
-#[cfg(feature = "ebpf")]
-pub fn read_ebpf(maps: &ProcessMaps, raw_keys: bool) -> Result<Threads, Failure> {
-    use otel_ctx_reader::{EbpfOptions, EbpfSampler};
-    let mut reader = match open_or_say(maps, raw_keys) {
-        Ok(reader) => reader,
-        Err(said) => return Ok(said),
+/// Reads every thread of the process of `maps`: stopped and read one by one (ptrace),
+/// or with `ebpf`, the threads that ran during [`EBPF_WINDOW`] as the BPF program last
+/// sampled them (a thread that did not run is not listed). By default only a process
+/// whose context announces a thread-context schema the reader knows is read, its
+/// attributes named through the key map (OTEP 4947); `raw_keys` (`--raw-keys`) reads the
+/// slot whatever the process context says, and names every entry by its key index.
+pub fn read(maps: ProcessMaps, raw_keys: bool, ebpf: bool) -> Result<Threads, Failure> {
+    let method = if ebpf { Method::Ebpf } else { Method::Ptrace };
+    let options = SamplerOptions::default()
+        .with_method(Some(method))
+        .with_frequency_hz(999)
+        .with_stack_size(0)
+        .with_threads(sampler::Threads::All)
+        .with_require_known_schema(!raw_keys);
+    let mut sampler = Sampler::new(options).map_err(|e| Failure::Unusable(e.to_string()))?;
+    let pid = maps.pid;
+    let prepared = match PreparedProcess::from_maps(maps, sampler.options()) {
+        Ok(prepared) => prepared,
+        Err(SamplerError::Thread(e)) => return Ok(Threads::Failed(e.to_string())),
+        Err(e) => return Err(Failure::Unusable(e.to_string())),
     };
-    let options = EbpfOptions::default().with_frequency_hz(999);
-    let mut sampler =
-        EbpfSampler::start(&reader, options).map_err(|e| Failure::Unusable(e.to_string()))?;
-    let mut reports = sampler
-        .snapshot(&mut reader, EBPF_WINDOW)
-        .map_err(|e| Failure::Unusable(e.to_string()))?;
-    if raw_keys {
-        name_all_raw(&mut reports);
+    let following = sampler
+        .adopt(prepared)
+        .map_err(|e| Failure::Unusable(e.to_string()))?
+        .0;
+    match following {
+        Following::StacksOnly(ThreadError::NotExported { skipped }) => {
+            return Ok(Threads::NotPublished { skipped })
+        }
+        Following::StacksOnly(e) => return Ok(Threads::Failed(e.to_string())),
+        _ => {}
     }
-    Ok(Threads::Read {
-        reader: Box::new(reader),
-        reports,
-    })
+    let mut reports: Vec<ThreadReport> = match sampler.snapshot(EBPF_WINDOW) {
+        Ok(reports) => reports.into_iter().map(|(_, report)| report).collect(),
+        Err(e) => return Ok(Threads::Failed(e.to_string())),
+    };
+    if raw_keys {
+        for report in &mut reports {
+            if let Ok(Some(context)) = &mut report.context {
+                name_raw_keys(context);
+            }
+        }
+    }
+    match sampler.take_reader(pid) {
+        Some(reader) => Ok(Threads::Read {
+            reader: Box::new(reader),
+            reports,
+        }),
+        None => Ok(Threads::Failed(format!("process {pid} has exited"))),
+    }
 }
 
 fn table_name(table: SymbolTable) -> &'static str {

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use otel_ctx_codec::attrs::AttrsIter;
 use otel_ctx_conformance_helpers::open_thread_reader;
 use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
-use otel_ctx_reader::tls::{read_stopped, SlotState, StoppedThread};
-use otel_ctx_reader::{AccessModel, PtraceError, SampleError};
-use otel_ctx_reader::{
-    Error, OwnedThreadContext, ProcessContextReader, ThreadError, ThreadReader, ThreadReaderOptions,
-};
+use otel_ctx_reader::thread::tls::{read_stopped, SlotState, StoppedThread};
+use otel_ctx_reader::thread::tls::{AccessModel, PtraceError};
+use otel_ctx_reader::thread::{OwnedThreadContext, ThreadReaderOptions};
+use otel_ctx_reader::SampleError;
+use otel_ctx_reader::{Error, ProcessContextReader, ThreadError, ThreadReader};
 
 const TARGET: &str = env!("CARGO_BIN_EXE_otel-ctx-stress-target");
 const TRACER: &str = env!("CARGO_BIN_EXE_otel-ctx-stress-tracer");

@@ -11,9 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use otel_ctx_reader::memory::ReadMethod;
-use otel_ctx_reader::{
-    Error, Malformed, OwnedValue, ProcessContextReader, ReaderOptions, Snapshot,
-};
+use otel_ctx_reader::process::{Malformed, OwnedValue, ReaderOptions};
+use otel_ctx_reader::{Error, ProcessContextReader, Snapshot};
 
 /// Records the largest allocation each thread makes.
 struct Tracking;

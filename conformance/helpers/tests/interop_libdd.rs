@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 
 use libdd_library_config::otel_process_ctx::ProcessContextSelfReader;
 use libdd_trace_protobuf::opentelemetry::proto::common::v1::{any_value, AnyValue, KeyValue};
-use otel_ctx_reader::{OwnedKeyValue, OwnedValue, ProcessContextReader};
+use otel_ctx_reader::process::{OwnedKeyValue, OwnedValue};
+use otel_ctx_reader::ProcessContextReader;
 use otel_ctx_writer::process::{Attributes, Publisher, Resource};
 
 #[test]

@@ -22,9 +22,11 @@ use std::time::{Duration, Instant};
 use otel_ctx_codec::attrs::AttrsIter;
 use otel_ctx_codec::record::RecordHeader;
 use otel_ctx_conformance_helpers::open_thread_reader;
-use otel_ctx_reader::tls::SlotState;
-use otel_ctx_reader::{Error, OwnedValue, ProcessContextReader, Snapshot};
-use otel_ctx_reader::{PtraceError, SampleError};
+use otel_ctx_reader::process::OwnedValue;
+use otel_ctx_reader::thread::tls::PtraceError;
+use otel_ctx_reader::thread::tls::SlotState;
+use otel_ctx_reader::SampleError;
+use otel_ctx_reader::{Error, ProcessContextReader, Snapshot};
 
 const TARGET: &str = env!("CARGO_BIN_EXE_otel-ctx-stress-target");
 

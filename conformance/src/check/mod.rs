@@ -17,7 +17,8 @@ mod thread;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use otel_ctx_reader::{comm, Error};
+use otel_ctx_reader::procfs::comm;
+use otel_ctx_reader::Error;
 
 pub use rules::RuleId;
 

@@ -12,14 +12,16 @@ use otel_ctx_codec::threadlocal::{SCHEMA_GO_PPROF_LABELS_V1, TLS_SYMBOL};
 use super::process::{Content, KeyMapLen, Presence, Summary, TLS_SCHEMAS};
 use super::{plural, RuleId, Status, Verdicts};
 use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
-use otel_ctx_reader::tls::{
+use otel_ctx_reader::procfs::thread_ids;
+use otel_ctx_reader::thread::tls::{
     defining_module, loaded_modules, read_slot, resolve, ElfCache, LoadedModule, SlotState,
     StoppedThread, ThreadRecord,
 };
-use otel_ctx_reader::{
-    thread_ids, AccessModel, Error, Libc, ProcessMaps, PtraceError, Resolution, SampleError,
-    SymbolTable, TlsError, DEFAULT_MAX_RECORD_SIZE,
+use otel_ctx_reader::thread::tls::{
+    AccessModel, Libc, PtraceError, Resolution, SymbolTable, TlsError,
 };
+use otel_ctx_reader::thread::DEFAULT_MAX_RECORD_SIZE;
+use otel_ctx_reader::{Error, ProcessMaps, SampleError};
 
 /// What one sample of one thread found.
 enum Sample {

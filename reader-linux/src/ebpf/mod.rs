@@ -2,7 +2,8 @@
 //! sample time without stopping it.
 //!
 //! A CPU-clock perf event ticks at N Hz on every CPU; on each tick a BPF program
-//! (`bpf/sampler.bpf.c`, built by clang in `build.rs`) checks whether the interrupted
+//! (`bpf/sampler.bpf.c`; its objects for x86_64 and aarch64 are checked in beside it, built
+//! by `scripts/build-bpf.sh`, so no C compiler is needed) checks whether the interrupted
 //! task belongs to one of the followed processes (a hash map by process id, at most
 //! [`EBPF_MAX_PROCESSES`]: one program and one perf event per CPU serve them all),
 //! reads its thread pointer from the kernel's task structure (BTF / CO-RE:
@@ -36,7 +37,7 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::PerfEvent;
 use aya::{Ebpf, EbpfLoader};
 
-use crate::thread::reader::{ThreadContextRef, ThreadReader, ThreadReport};
+use crate::thread::reader::{ThreadContextRef, ThreadReader};
 use crate::thread::stack::UserRegisters;
 use crate::thread::tls::{Resolution, SampleError, SlotContents};
 
@@ -75,6 +76,27 @@ pub struct EbpfOptions {
     /// The most processes the sampler follows at once ([`EbpfSampler::add_process`]),
     /// from 1 to [`EBPF_MAX_PROCESSES`] (the default).
     pub max_processes: usize,
+    /// The most memory the ring buffer between the program and user space may take
+    /// (default [`DEFAULT_MAX_RING_BYTES`]): it holds [`RING_SECONDS`] of samples at the
+    /// rate on every CPU, unless that is more than this.
+    pub max_ring_bytes: usize,
+}
+
+/// How many seconds of samples the ring buffer holds, within
+/// [`EbpfOptions::max_ring_bytes`]: how long the consumer may be held up (a loaded
+/// machine, a slow export) before samples are lost.
+pub const RING_SECONDS: usize = 4;
+
+/// [`EbpfOptions::max_ring_bytes`] by default: 4 s of 16 KiB stacks at 99 Hz on up to 9
+/// CPUs (about 2 s on 19, 1 s on 38).
+pub const DEFAULT_MAX_RING_BYTES: usize = 64 << 20;
+
+/// The smallest ring buffer.
+const MIN_RING_BYTES: usize = 1 << 20;
+
+/// The largest power of two at most `n` (`n` at least 1).
+const fn prev_power_of_two(n: usize) -> usize {
+    1 << (usize::BITS - 1 - n.leading_zeros())
 }
 
 impl Default for EbpfOptions {
@@ -85,6 +107,7 @@ impl Default for EbpfOptions {
             stack_size: 0,
             kernel_stack: false,
             max_processes: EBPF_MAX_PROCESSES,
+            max_ring_bytes: DEFAULT_MAX_RING_BYTES,
         }
     }
 }
@@ -136,21 +159,37 @@ impl EbpfOptions {
         self
     }
 
-    /// The ring buffer's size: room for half a second of samples from `cpus` CPUs at
+    /// Sets [`max_ring_bytes`](Self::max_ring_bytes) (at least 1 MiB).
+    #[must_use]
+    pub const fn with_max_ring_bytes(mut self, bytes: usize) -> Self {
+        self.max_ring_bytes = if bytes < MIN_RING_BYTES {
+            MIN_RING_BYTES
+        } else {
+            bytes
+        };
+        self
+    }
+
+    /// The ring buffer's size: room for [`RING_SECONDS`] of samples from `cpus` CPUs at
     /// [`frequency_hz`](Self::frequency_hz), at least 64 samples, with the stack this
-    /// sampler copies; a power of two (the kernel requires one) from 1 MiB to 64 MiB. The
+    /// sampler copies, so that a consumer held up for a few seconds loses nothing; a
+    /// power of two (the kernel requires one) from 1 MiB to
+    /// [`max_ring_bytes`](Self::max_ring_bytes) (rounded down to a power of two). The
     /// kernel allocates and pins all of it, and it counts in the reader's memory, so it
-    /// follows the rate rather than the worst case.
+    /// follows the rate rather than the worst case; what the bound leaves out is counted
+    /// in [`EbpfCounters::lost`].
     fn ring_size(&self, cpus: usize) -> u32 {
         let sample = wire::SAMPLE_SIZE + self.stack_size;
-        let per_half_second = usize::try_from(self.frequency_hz)
+        let per_window = usize::try_from(self.frequency_hz)
             .unwrap_or(usize::MAX)
             .saturating_mul(cpus.max(1))
-            / 2;
+            .saturating_mul(RING_SECONDS);
+        // The largest power of two within the bound (and within u32).
+        let ceiling = prev_power_of_two(self.max_ring_bytes.clamp(MIN_RING_BYTES, 1 << 31));
         let wanted = sample
-            .saturating_mul(per_half_second.max(64))
-            .clamp(1 << 20, 64 << 20);
-        wanted.next_power_of_two() as u32
+            .saturating_mul(per_window.max(64))
+            .clamp(MIN_RING_BYTES, ceiling);
+        wanted.next_power_of_two().min(ceiling) as u32
     }
 }
 
@@ -164,24 +203,23 @@ pub struct EbpfCounters {
     pub lost: u64,
 }
 
-/// One thread's context as the BPF program read it at a tick.
+/// One sample of a thread as the BPF program took it at a tick, named with the reader of
+/// its process ([`EbpfSampler::next_sample`]): borrowed until the next call.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct EbpfSample<'a> {
+    /// The interrupted thread's process (its thread group id).
+    pub pid: u32,
     /// The interrupted thread.
     pub tid: u32,
-    /// Its process ([`EbpfSample::pid`]).
-    pid: u32,
     /// Its thread pointer.
     pub thread_pointer: u64,
-    /// The slot's address (`None` when the thread has no TLS block for the module, or the
-    /// walk to the slot failed).
+    /// The slot's address (`None` when the thread has no TLS block for the module, the
+    /// walk to the slot failed, or the process is followed for its stacks only).
     pub slot: Option<u64>,
-    /// What the slot held: as [`crate::thread::tls::read_slot_into`] reports it (a thread without a
-    /// TLS block for the module reads as `Null`), or why it could not be read.
-    pub contents: Result<SlotContents, SampleError>,
-    /// The attrs-data of a valid record (empty otherwise).
-    pub attrs_data: &'a [u8],
+    /// Its context, named as [`ThreadReader::sample_into`] names one (`Ok(None)`: no
+    /// context), or why the program could not read it.
+    pub context: Result<Option<ThreadContextRef<'a>>, SampleError>,
     /// The user registers when the tick came (all 0 unless the sampler copies stacks,
     /// [`EbpfOptions::stack_size`]).
     pub registers: UserRegisters,
@@ -195,11 +233,6 @@ pub struct EbpfSample<'a> {
 }
 
 impl EbpfSample<'_> {
-    /// The interrupted thread's process (its thread group id).
-    pub const fn pid(&self) -> u32 {
-        self.pid
-    }
-
     /// The number of kernel frames.
     pub fn kernel_frame_count(&self) -> usize {
         self.kernel_frames.len() / 8
@@ -209,22 +242,6 @@ impl EbpfSample<'_> {
     pub fn kernel_frame(&self, n: usize) -> Option<u64> {
         (n < self.kernel_frame_count()).then(|| wire::word(self.kernel_frames, n))
     }
-}
-
-/// The stack half of a sample ([`EbpfSampler::next_stack_sample`]).
-#[derive(Clone, Copy, Debug)]
-#[non_exhaustive]
-pub struct EbpfStack<'a> {
-    /// The interrupted thread.
-    pub tid: u32,
-    /// Its process (its thread group id).
-    pub pid: u32,
-    /// Its user registers.
-    pub registers: UserRegisters,
-    /// The top of its user stack, from `registers.sp` up.
-    pub stack: &'a [u8],
-    /// The kernel's return addresses, native-endian `u64`s, innermost first.
-    pub kernel_frames: &'a [u8],
 }
 
 /// The eBPF sampler of one process or of many: one program and one CPU-clock perf event
@@ -256,15 +273,6 @@ impl fmt::Debug for EbpfSampler {
 const LOAD_ATTEMPTS: usize = 4;
 
 impl EbpfSampler {
-    /// Loads the program, points it at `reader`'s process and slot, and attaches it to a
-    /// CPU-clock perf event on every online CPU: [`new`](Self::new), then
-    /// [`add_process`](Self::add_process).
-    pub fn start(reader: &ThreadReader, options: EbpfOptions) -> Result<Self, EbpfError> {
-        let mut sampler = Self::new(options)?;
-        sampler.add_process(reader)?;
-        Ok(sampler)
-    }
-
     /// Loads the program and attaches it to a CPU-clock perf event on every online CPU,
     /// with no process to sample yet ([`add_process`](Self::add_process) adds them). The
     /// ring buffer is sized for the frequency on every CPU
@@ -371,7 +379,7 @@ impl EbpfSampler {
     /// Samples process `pid`'s stacks only, with no thread context to read: for a
     /// process that publishes a process context but exports no `otel_thread_ctx_v1`
     /// (no [`ThreadReader`] can be opened for it), profiled with its registers and stack
-    /// alone. Its samples come out of [`next_stack_sample`](Self::next_stack_sample) with
+    /// alone. Its samples come out of [`next_sample`](Self::next_sample) with
     /// no context (`Ok(None)`), whether or not the readers have one for it. Replaces the
     /// entry of a process the sampler follows already;
     /// [`set_process_resolution`](Self::set_process_resolution) later gives it a slot.
@@ -442,33 +450,9 @@ impl EbpfSampler {
         self.targets.get(pid).is_some()
     }
 
-    /// The process sampled: the first one added that the sampler still follows (0 when
-    /// it follows none). [`pids`](Self::pids) lists them all.
-    pub fn pid(&self) -> u32 {
-        self.targets.first().unwrap_or(0)
-    }
-
-    /// The resolution the program uses for [`pid`](Self::pid)'s process.
-    ///
-    /// # Panics
-    ///
-    /// When the sampler follows no process ([`new`](Self::new) without
-    /// [`add_process`](Self::add_process)), or follows the first one for its stacks
-    /// only; [`process_resolution`](Self::process_resolution) answers `None` instead.
-    pub fn resolution(&self) -> &Resolution {
-        self.process_resolution(self.pid())
-            .expect("the eBPF sampler follows no process")
-    }
-
     /// The largest record copied.
     pub const fn max_record_size(&self) -> usize {
         self.max_record_size
-    }
-
-    /// [`set_process_resolution`](Self::set_process_resolution) for
-    /// [`pid`](Self::pid)'s process: what a sampler of one process uses.
-    pub fn set_resolution(&mut self, resolution: &Resolution) -> Result<(), EbpfError> {
-        self.set_process_resolution(self.pid(), resolution)
     }
 
     /// Waits up to `timeout` for samples; returns whether the program woke it. To spare
@@ -507,53 +491,19 @@ impl EbpfSampler {
         }
     }
 
-    /// The next sample, if one is ready, of any process the sampler follows. Samples
-    /// computed with an earlier resolution of their process, or of a process removed
-    /// since, are skipped.
-    pub fn next_sample(&mut self) -> Option<EbpfSample<'_>> {
-        let decoded = self.next_decoded()?;
-        Some(EbpfSample {
-            tid: decoded.tid,
-            pid: decoded.pid,
-            thread_pointer: decoded.thread_pointer,
-            slot: decoded.slot,
-            contents: decoded.contents,
-            attrs_data: &self.entry[decoded.attrs],
-            registers: decoded.registers,
-            stack: &self.entry[decoded.stack],
-            kernel_frames: &self.entry[decoded.kernel_frames],
-        })
-    }
-
-    /// The next sample as the ptrace path's [`ThreadReader::sample_into`] reports it:
-    /// the thread, and its context named with its process's reader's key map
-    /// (`Ok(None)`: no context). `readers` is one [`ThreadReader`] for a sampler of one
-    /// process, or any [`EbpfReaders`] (a map of readers by process id) for many;
-    /// samples of a process without a reader there are skipped.
-    /// [`next_stack_sample`](Self::next_stack_sample) says the process too.
-    #[allow(clippy::type_complexity)]
-    pub fn next_context<'a, R: EbpfReaders + ?Sized>(
-        &'a mut self,
-        readers: &'a mut R,
-    ) -> Option<(u32, Result<Option<ThreadContextRef<'a>>, SampleError>)> {
-        let (stack, context) = self.next_stack_sample(readers)?;
-        Some((stack.tid, context))
-    }
-
-    /// Like [`next_context`](Self::next_context), with the sample's process, user
-    /// registers and stack copy (and kernel frames) for a profiler: the thread, its
-    /// registers, and its context, all borrowed until the next call. Allocation-free.
-    /// Samples of processes without a reader in `readers` are skipped, except those of
-    /// a process followed for its stacks only
+    /// The next sample, if one is ready, of any process the sampler follows, named with
+    /// the reader of its process in `readers` (one [`ThreadReader`] for a sampler of one
+    /// process, or any [`EbpfReaders`], such as a map of readers by process id, for
+    /// many). Allocation-free; borrowed until the next call.
+    ///
+    /// Skipped: samples computed with an earlier resolution of their process, or of a
+    /// process removed since, and those of a process without a reader in `readers`,
+    /// except the samples of a process followed for its stacks only
     /// ([`add_process_stacks`](Self::add_process_stacks)), which have no context.
-    #[allow(clippy::type_complexity)]
-    pub fn next_stack_sample<'a, R: EbpfReaders + ?Sized>(
+    pub fn next_sample<'a, R: EbpfReaders + ?Sized>(
         &'a mut self,
         readers: &'a mut R,
-    ) -> Option<(
-        EbpfStack<'a>,
-        Result<Option<ThreadContextRef<'a>>, SampleError>,
-    )> {
+    ) -> Option<EbpfSample<'a>> {
         let decoded = loop {
             let decoded = self.next_decoded()?;
             if !decoded.configured || readers.reader_mut(decoded.pid).is_some() {
@@ -561,13 +511,6 @@ impl EbpfSampler {
             }
         };
         let entry = &self.entry;
-        let stack = EbpfStack {
-            tid: decoded.tid,
-            pid: decoded.pid,
-            registers: decoded.registers,
-            stack: &entry[decoded.stack],
-            kernel_frames: &entry[decoded.kernel_frames],
-        };
         let context = match decoded.contents {
             Ok(SlotContents::Record { address, header }) => {
                 let reader = readers.reader_mut(decoded.pid)?;
@@ -580,44 +523,16 @@ impl EbpfSampler {
             Ok(_) => Ok(None),
             Err(e) => Err(e),
         };
-        Some((stack, context))
-    }
-
-    /// Samples for `window` and reports every thread that ran meanwhile, of every
-    /// process with a reader in `readers`, in process-id then thread-id order, with the
-    /// context of its last sample, named as [`ThreadReader::read_all`] names them. A
-    /// thread that did not run during the window, or has exited since, is not in the
-    /// list.
-    pub fn snapshot<R: EbpfReaders + ?Sized>(
-        &mut self,
-        readers: &mut R,
-        window: Duration,
-    ) -> Result<Vec<ThreadReport>, EbpfError> {
-        let mut last = std::collections::BTreeMap::new();
-        let end = std::time::Instant::now() + window;
-        loop {
-            let left = end.saturating_duration_since(std::time::Instant::now());
-            self.wait(left.min(Duration::from_millis(50)))?;
-            while let Some((stack, context)) = self.next_stack_sample(readers) {
-                let context = context.map(|c| c.map(|c| c.to_owned_context()));
-                last.insert((stack.pid, stack.tid), context);
-            }
-            if left.is_zero() {
-                break;
-            }
-        }
-        Ok(last
-            .into_iter()
-            .filter_map(|((pid, tid), context)| {
-                // Gone since its sample: left out, as `read_all` leaves out exited threads.
-                let name = crate::procfs::thread_name(pid, tid);
-                // Gone since its sample: no name to read.
-                if name.is_empty() {
-                    return None;
-                }
-                Some(ThreadReport { tid, name, context })
-            })
-            .collect())
+        Some(EbpfSample {
+            pid: decoded.pid,
+            tid: decoded.tid,
+            thread_pointer: decoded.thread_pointer,
+            slot: decoded.slot,
+            context,
+            registers: decoded.registers,
+            stack: &entry[decoded.stack],
+            kernel_frames: &entry[decoded.kernel_frames],
+        })
     }
 
     /// How often the kernel ran the program (on every tick of every CPU, a target's or
@@ -707,16 +622,24 @@ mod tests {
     }
 
     #[test]
-    fn the_ring_follows_the_rate() {
-        let stacks = EbpfOptions::default().with_stack_size(EBPF_MAX_STACK);
-        // 99 Hz on 2 CPUs: 99 samples of about 65 KiB, rounded up.
-        assert_eq!(stacks.ring_size(2), 8 << 20);
-        // Many CPUs at a high rate: the ceiling.
+    fn the_ring_holds_seconds_within_its_bound() {
+        let stacks = EbpfOptions::default().with_stack_size(16 << 10);
+        // 99 Hz on 2 CPUs for 4 s: 792 samples of about 17 KiB, 13 MiB, rounded up.
+        assert_eq!(stacks.ring_size(2), 16 << 20);
+        // Many CPUs at a high rate: the bound.
         assert_eq!(stacks.with_frequency_hz(1000).ring_size(64), 64 << 20);
-        // No stacks: the floor.
+        let bounded = stacks.with_max_ring_bytes(48 << 20);
+        assert_eq!(bounded.with_frequency_hz(1000).ring_size(64), 32 << 20);
+        // No stacks: 792 samples of about 800 bytes, 1 MiB.
         assert_eq!(EbpfOptions::default().ring_size(2), 1 << 20);
         // Never below 64 samples, nor zero CPUs.
-        assert_eq!(stacks.with_frequency_hz(1).ring_size(0), 8 << 20);
+        let largest = EbpfOptions::default().with_stack_size(EBPF_MAX_STACK);
+        assert_eq!(largest.with_frequency_hz(1).ring_size(0), 8 << 20);
+        assert_eq!(
+            EbpfOptions::default().with_max_ring_bytes(0).max_ring_bytes,
+            1 << 20
+        );
+        assert_eq!(prev_power_of_two(3 << 20), 2 << 20);
     }
 
     #[test]

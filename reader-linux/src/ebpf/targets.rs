@@ -131,11 +131,6 @@ impl Targets {
     pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
         self.order.iter().copied()
     }
-
-    /// The first process added that is still followed.
-    pub fn first(&self) -> Option<u32> {
-        self.order.first().copied()
-    }
 }
 
 #[cfg(test)]
@@ -158,7 +153,7 @@ mod tests {
     #[test]
     fn entries_keep_their_order_and_new_generations() {
         let mut t = Targets::new(2);
-        assert_eq!(t.first(), None);
+        assert_eq!(t.pids().next(), None);
         t.insert(10, Some(resolution(-8)));
         t.insert(20, None);
         assert_eq!(t.pids().collect::<Vec<_>>(), [10, 20]);
@@ -171,7 +166,7 @@ mod tests {
         assert_eq!(t.get(10).unwrap().resolution, Some(resolution(-24)));
         assert_eq!(t.get(20).unwrap().resolution, None);
         assert!(t.remove(10) && !t.remove(10));
-        assert_eq!(t.first(), Some(20));
+        assert_eq!(t.pids().next(), Some(20));
         assert!(t.has_room_for(30));
     }
 }

@@ -10,6 +10,6 @@ pub mod tls;
 pub use reader::{
     OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
     ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,
-    KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL,
+    KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL, OPEN_PATIENCE,
 };
 pub use stack::{StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};

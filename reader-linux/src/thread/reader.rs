@@ -48,13 +48,26 @@ pub struct ThreadReaderOptions {
     /// Largest record copied; larger ones are reported as errors. Default
     /// [`DEFAULT_MAX_RECORD_SIZE`].
     pub max_record_size: usize,
+    /// How long opening the reader keeps reading a process context that is being
+    /// updated (every read met an update in progress, `Error::StillUpdating`) before it
+    /// concludes; default [`OPEN_PATIENCE`]. A process that republishes in a tight loop
+    /// is caught between two updates within it.
+    pub open_patience: Duration,
 }
+
+/// [`ThreadReaderOptions::open_patience`] by default.
+pub const OPEN_PATIENCE: Duration = Duration::from_secs(1);
+
+/// The pause between two reads of a process context that was being updated, while a
+/// reader opens.
+const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(5);
 
 impl Default for ThreadReaderOptions {
     fn default() -> Self {
         Self {
             require_known_schema: true,
             max_record_size: DEFAULT_MAX_RECORD_SIZE,
+            open_patience: OPEN_PATIENCE,
         }
     }
 }
@@ -71,6 +84,13 @@ impl ThreadReaderOptions {
     #[must_use]
     pub const fn with_max_record_size(mut self, max: usize) -> Self {
         self.max_record_size = max;
+        self
+    }
+
+    /// Sets [`open_patience`](Self::open_patience).
+    #[must_use]
+    pub const fn with_open_patience(mut self, patience: Duration) -> Self {
+        self.open_patience = patience;
         self
     }
 }
@@ -266,12 +286,16 @@ impl ThreadReader {
             scratch: RecordBuffer::new(),
         };
         // A process that updates its context all the time can be caught mid-update by
-        // every attempt of one read: a few reads before concluding.
-        for _ in 0..3 {
+        // every attempt of one read (each read retries a few times itself): read again,
+        // a little apart, within the patience, before concluding.
+        let deadline = Instant::now() + options.open_patience;
+        loop {
             reader.refresh_key_map();
-            if !matches!(reader.context_error, Some(Error::StillUpdating { .. })) {
+            let updating = matches!(reader.context_error, Some(Error::StillUpdating { .. }));
+            if !updating || Instant::now() >= deadline {
                 break;
             }
+            std::thread::sleep(OPEN_RETRY_PAUSE);
         }
         if options.require_known_schema {
             let known = reader
@@ -349,9 +373,15 @@ impl ThreadReader {
     /// unloaded). Returns whether they changed. Reads `/proc/<pid>/maps`: call it on
     /// evidence (a slot that cannot be computed, a new module announced), not per sample.
     pub fn refresh_modules(&mut self) -> Result<bool, ThreadError> {
-        self.modules_read_at = Instant::now();
         let maps = Self::read_maps(self.pid)?;
-        let modules = loaded_modules(&maps, &mut self.cache);
+        self.refresh_modules_from(&maps)
+    }
+
+    /// Like [`refresh_modules`](Self::refresh_modules), from a pass over the process's
+    /// maps the caller made (and uses for something else too).
+    pub fn refresh_modules_from(&mut self, maps: &ProcessMaps) -> Result<bool, ThreadError> {
+        self.modules_read_at = Instant::now();
+        let modules = loaded_modules(maps, &mut self.cache);
         let list = module_list(&modules.loaded);
         if list == self.modules {
             return Ok(false);
@@ -375,6 +405,11 @@ impl ThreadReader {
         let snapshot = match reader.read_if_changed(self.context_published_at) {
             Ok(Some(snapshot)) => snapshot,
             Ok(None) => return false,
+            // Caught mid-update: the same mapping, read again next time.
+            Err(e @ Error::StillUpdating { .. }) => {
+                self.context_error = Some(e);
+                return false;
+            }
             Err(e) => {
                 // Unpublished or republished at a new address: look again next time.
                 self.context = None;
@@ -477,19 +512,7 @@ impl ThreadReader {
         let stopped = StoppedThread::stop(tid)?;
         let (registers, thread_pointer) = match stack {
             None => (UserRegisters::default(), stopped.thread_pointer()?),
-            Some(stack) => {
-                let (registers, thread_pointer) = stopped.registers()?;
-                let copied = self
-                    .memory
-                    .read_prefix(registers.sp, stack.spare())
-                    .map_err(|e| SampleError::Memory {
-                        what: "the stack",
-                        address: registers.sp,
-                        source: e.into(),
-                    })?;
-                stack.set_len(copied);
-                (registers, thread_pointer)
-            }
+            Some(stack) => copy_stack(&stopped, &self.memory, stack)?,
         };
         let contents = match self.resolution.slot_address(thread_pointer, &self.memory)? {
             None => SlotContents::Null,
@@ -596,6 +619,26 @@ impl ThreadReader {
         }
         Ok(reports)
     }
+}
+
+/// Takes the user registers of a stopped thread and copies the top of its stack (from
+/// the stack pointer up, at most `stack`'s capacity, less where the stack's mapping
+/// ends) into `stack`; returns the registers and the thread pointer.
+pub(crate) fn copy_stack(
+    stopped: &StoppedThread,
+    memory: &ProcessMemory,
+    stack: &mut StackBuffer,
+) -> Result<(UserRegisters, u64), SampleError> {
+    let (registers, thread_pointer) = stopped.registers()?;
+    let copied = memory
+        .read_prefix(registers.sp, stack.spare())
+        .map_err(|e| SampleError::Memory {
+            what: "the stack",
+            address: registers.sp,
+            source: e.into(),
+        })?;
+    stack.set_len(copied);
+    Ok((registers, thread_pointer))
 }
 
 /// The caller's buffer for [`ThreadReader::sample_into`]: reused from sample to sample.

@@ -26,7 +26,7 @@ use std::time::Duration;
 use otel_ctx_codec::header::{ProcessContextHeader, HEADER_SIZE};
 use otel_ctx_codec::proto::{AnyValue, KeyValue, ProcessContext};
 use otel_ctx_codec::threadlocal::{reference_data, SCHEMA_TLSDESC_V1_DEV};
-use otel_ctx_reader::boottime_ns;
+use otel_ctx_reader::process::boottime_ns;
 use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
 use rustix::mm::{mmap, mmap_anonymous, munmap, MapFlags, ProtFlags};
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use otel_ctx_conformance_helpers::open_thread_reader;
 use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
-use otel_ctx_reader::tls::{read_stopped, StoppedThread};
+use otel_ctx_reader::thread::tls::{read_stopped, StoppedThread};
 use otel_ctx_reader::{ProcessContextReader, ThreadReader};
 
 fn fail(what: &str, e: impl std::fmt::Display) -> ! {

@@ -30,7 +30,7 @@ pub(super) fn other_time_namespace(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use otel_ctx_reader::boottime_ns;
+    use otel_ctx_reader::process::boottime_ns;
 
     #[test]
     fn process_start_is_before_now() {

@@ -11,7 +11,7 @@ use otel_ctx_codec::threadlocal::{
     KeyMapView, ATTRIBUTE_KEY_MAP_KEY, SCHEMA_GO_PPROF_LABELS_V1, SCHEMA_TLSDESC_V1_DEV,
     SCHEMA_TLS_V1, SCHEMA_VERSION_KEY,
 };
-use otel_ctx_reader::boottime_ns;
+use otel_ctx_reader::process::boottime_ns;
 
 use super::clock::clock_ticks_per_second;
 use super::discover::{Candidate, Naming, MAX_PROBED};

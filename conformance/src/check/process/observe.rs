@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use otel_ctx_codec::header::{ProcessContextHeader, MAX_PAYLOAD_SIZE};
-use otel_ctx_reader::seqlock::{read_consistent, PayloadCopy, SeqlockRead};
+use otel_ctx_reader::process::seqlock::{read_consistent, PayloadCopy, SeqlockRead};
 use otel_ctx_reader::{Error, ProcessMaps};
 
 use super::clock::{other_time_namespace, process_start_ns};

@@ -254,9 +254,8 @@ impl ElfTls {
         let libc_start = !has_interpreter
             && [elf::SHT_SYMTAB, elf::SHT_DYNSYM].into_iter().any(|kind| {
                 sections.symbols(endian, data, kind).is_ok_and(|symbols| {
-                    symbols.iter().any(|sym| {
-                        symbols.symbol_name(endian, sym).ok() == Some(b"__libc_start_main")
-                    })
+                    find_symbol(&symbols, &sections, endian, data, b"__libc_start_main")
+                        .is_ok_and(|hit| hit.is_some())
                 })
             });
         let mut found = None;
@@ -267,11 +266,9 @@ impl ElfTls {
             let symbols = sections
                 .symbols(endian, data, kind)
                 .map_err(malformed("bad symbol table"))?;
-            let hit = symbols
-                .iter()
-                .enumerate()
-                .find(|(_, sym)| symbols.symbol_name(endian, *sym).ok() == Some(name.as_bytes()));
-            if let Some((index, sym)) = hit {
+            if let Some((index, sym)) =
+                find_symbol(&symbols, &sections, endian, data, name.as_bytes())?
+            {
                 let info = SymbolInfo {
                     table,
                     defined: sym.st_shndx(endian) != elf::SHN_UNDEF,
@@ -366,6 +363,31 @@ impl ElfTls {
 }
 
 /// The 8-byte word at link-time address `vaddr`, from the file's loaded segments.
+/// The first symbol of `symbols` named `name`, with its index. The string table is read
+/// in one piece (charged to the file's budget once), not a name at a time: a module's
+/// `.dynsym` has thousands of names.
+fn find_symbol<'data, 'table, R: ReadRef<'data>>(
+    symbols: &'table object::read::elf::SymbolTable<'data, elf::FileHeader64<Endianness>, R>,
+    sections: &object::read::elf::SectionTable<'data, elf::FileHeader64<Endianness>, R>,
+    endian: Endianness,
+    data: R,
+    name: &[u8],
+) -> Result<Option<(usize, &'data elf::Sym64<Endianness>)>, ElfError> {
+    if symbols.is_empty() {
+        return Ok(None);
+    }
+    let bytes = sections
+        .section(symbols.string_section())
+        .and_then(|section| section.data(endian, data))
+        .map_err(malformed("bad string table"))?;
+    let strings = object::read::StringTable::new(bytes, 0, bytes.len() as u64);
+    Ok(symbols
+        .symbols()
+        .iter()
+        .enumerate()
+        .find(|(_, sym)| sym.name(endian, strings).ok() == Some(name)))
+}
+
 fn file_word<'data, R: ReadRef<'data>>(
     header: &elf::FileHeader64<Endianness>,
     endian: Endianness,

@@ -1,0 +1,280 @@
+//! `otel-ctx profile --all`, and `profile <pid> --otlp`: CPU profiles of many processes
+//! from one sampler (the profile layer's [`FleetProfiler`]: one BPF program and one
+//! CPU-clock perf event per CPU for all of them), each process with its own resource,
+//! key map, modules and aggregate, exported every `--export-interval` as OTLP profiles
+//! (or, without `--otlp`, written as one file per process at the end).
+//!
+//! With `--all`, the processes are every process on the host that publishes a process
+//! context: those found by a scan of `/proc` at the start and every `--rescan`, and those
+//! the publication hook reports as they publish. A process that exits (or stops
+//! publishing) is dropped after its last samples are exported. A process that publishes
+//! a process context but no thread context is profiled with its stacks alone.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use otel_ctx_profile::otlp::OtlpScope;
+use otel_ctx_profile::{Filter, FleetOptions, FleetProfiler, FoldedOptions, Profile};
+use otel_ctx_reader::Method;
+
+use super::otlp::{self, Exporter};
+use super::profile::{Format, Request};
+use super::{sampler_failure, text, Failure, INTERRUPTED, SUMMARY_ASKED};
+
+/// How long a step of the loop lasts at most.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Runs `profile --all` or `profile <pid> --otlp`.
+pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
+    let env = otlp::ProcessEnvironment;
+    let destination = otlp::destination(
+        request.otlp.as_ref().map(Option::as_deref),
+        &request.otlp_header,
+        request.otlp_file.as_deref(),
+        &env,
+    )
+    .map_err(Failure::Unusable)?;
+    let timeout = match request.otlp_timeout {
+        Some(timeout) => timeout,
+        None => otlp::timeout(&env).map_err(Failure::Unusable)?,
+    };
+    if request.export_interval.is_zero() {
+        return Err(Failure::usage(
+            "--export-interval 0: give an interval such as 10s",
+        ));
+    }
+    let files = match &destination {
+        Some(_) if request.output.is_some() || request.format.is_some() => {
+            return Err(Failure::usage(
+                "-o and --format write files; with --otlp or --otlp-file the profiles are sent",
+            ))
+        }
+        Some(_) => None,
+        None => Some(request.output_dir()?),
+    };
+    super::catch_signals().map_err(Failure::Unusable)?;
+    let mut session = request.session(filter);
+    // eBPF only: one BPF program for every process (ptrace rounds over a host's
+    // processes would stop every thread of each).
+    session.sampler = session.sampler.with_method(Some(Method::Ebpf));
+    let options = FleetOptions::default()
+        .with_session(session)
+        .with_discover(request.pid.is_none().then_some(request.rescan));
+    let mut fleet = FleetProfiler::start(options).map_err(|e| {
+        Failure::Unusable(format!(
+            "{e}; profile --all and --otlp sample with eBPF only (profile <pid> without \
+             --otlp falls back to ptrace)"
+        ))
+    })?;
+    if let Some(why) = fleet.hook_refusal() {
+        eprintln!(
+            "otel-ctx: new publishers are found by the scan every {} only: {why}",
+            text::duration(request.rescan.as_nanos() as u64)
+        );
+    }
+    if let Some(pid) = request.pid {
+        fleet.follow(pid).map_err(sampler_failure)?;
+    }
+    let exporter = match destination {
+        Some(destination) => Some(
+            Exporter::start(otlp::Options {
+                destination,
+                queue_bytes: request.otlp_queue,
+                timeout,
+                scope: OtlpScope {
+                    name: "otel-ctx".to_owned(),
+                    version: env!("CARGO_PKG_VERSION").to_owned(),
+                },
+            })
+            .map_err(Failure::Unusable)?,
+        ),
+        None => None,
+    };
+    let progress = std::io::stderr().is_terminal() && !request.quiet;
+    let started = Instant::now();
+    let (mut exported, mut shown) = (started, started);
+    let forever = request.duration.is_zero();
+    while (forever || started.elapsed() < request.duration) && !INTERRUPTED.load(Ordering::Relaxed)
+    {
+        fleet.step(TICK).map_err(sampler_failure)?;
+        if request.pid.is_some() && fleet.is_empty() {
+            break;
+        }
+        if let Some(exporter) = &exporter {
+            if exported.elapsed() >= request.export_interval {
+                exported = Instant::now();
+                exporter.submit(fleet.take_profiles());
+            }
+        }
+        if SUMMARY_ASKED.swap(false, Ordering::Relaxed) {
+            let export = exporter
+                .as_ref()
+                .map(|e| (e.destination().describe(), e.stats()));
+            eprint!("{}", summary(&fleet, export, started));
+        }
+        if progress && shown.elapsed() >= Duration::from_millis(500) {
+            shown = Instant::now();
+            eprint!("\r\x1b[K{}", progress_line(&fleet, &exporter, started));
+        }
+    }
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    // The samples taken since the last step, without waiting.
+    fleet.step(Duration::ZERO).map_err(sampler_failure)?;
+    let stats = match exporter {
+        Some(exporter) => {
+            exporter.submit(fleet.take_profiles());
+            let to = exporter.destination().describe();
+            Some((to, exporter.finish()))
+        }
+        None => None,
+    };
+    if let Some(dir) = files {
+        let format = request.fleet_format();
+        write_files(fleet.profiles(), &dir, format, &request.by)?;
+    }
+    eprint!("{}", summary(&fleet, stats, started));
+    Ok(())
+}
+
+/// Without an OTLP destination: each process's whole profile, as
+/// `<dir>/profile.<pid>.<extension>`.
+fn write_files(
+    profiles: Vec<Profile>,
+    dir: &std::path::Path,
+    format: Format,
+    by: &str,
+) -> Result<(), Failure> {
+    let folded = FoldedOptions::default().with_by(Some(by.to_owned()));
+    for profile in &profiles {
+        let service = profile.service_name.as_deref().unwrap_or("no service.name");
+        if profile.stats.samples == 0 {
+            eprintln!(
+                "process {} ({service}): no samples (it did not run on a CPU), no file",
+                profile.pid
+            );
+            continue;
+        }
+        let path: PathBuf = dir.join(format!("profile.{}.{}", profile.pid, format.extension()));
+        super::profile::write(profile, format, &folded, &path)?;
+        eprintln!(
+            "process {} ({service}): {} samples written to {}",
+            profile.pid,
+            profile.stats.samples,
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+fn progress_line(fleet: &FleetProfiler, exporter: &Option<Exporter>, started: Instant) -> String {
+    let mut line = format!(
+        "profiling {} (eBPF): {}, {} samples",
+        processes(fleet.members().len() as u64),
+        text::duration(started.elapsed().as_nanos() as u64),
+        fleet.sampler().stats().samples,
+    );
+    if let Some(stats) = exporter.as_ref().map(Exporter::stats) {
+        line.push_str(&format!(
+            ", {} requests sent, {} queued",
+            stats.sent, stats.queued
+        ));
+    }
+    line
+}
+
+/// `1 process`, `2 processes`.
+fn processes(n: u64) -> String {
+    format!("{n} {}", text::plural(n, "process", "processes"))
+}
+
+/// What was profiled and sent; on stderr at the end and on `SIGUSR1`.
+fn summary(
+    fleet: &FleetProfiler,
+    export: Option<(String, otlp::Stats)>,
+    started: Instant,
+) -> String {
+    let c = fleet.counts();
+    let sampled = fleet.sampler().stats();
+    let members = fleet.members();
+    let stacks_only = members.iter().filter(|m| m.stacks_only).count();
+    let mut out = format!(
+        "otel-ctx profile: {}; {} followed ({} now, {} of them without thread contexts; {} \
+         exited, {} stopped publishing); {} samples, {} with a thread context, {} \
+         unreadable, {} lost\n",
+        text::duration(started.elapsed().as_nanos() as u64),
+        processes(c.followed),
+        members.len(),
+        stacks_only,
+        c.exited,
+        c.unpublished,
+        sampled.samples,
+        sampled.with_context,
+        sampled.unreadable_samples(),
+        sampled.lost,
+    );
+    let hook = fleet.hook_refusal().is_none();
+    if c.scans > 0 {
+        out.push_str(&format!(
+            "discovery: {} {} of /proc, {} publication {}{}\n",
+            c.scans,
+            text::plural(c.scans, "scan", "scans"),
+            c.events,
+            text::plural(c.events, "event", "events"),
+            if hook { "" } else { " (no hook)" }
+        ));
+    }
+    if c.refused > 0 {
+        out.push_str(&format!(
+            "{} publishers could not be followed; the last: {}\n",
+            c.refused,
+            c.last_refusal.as_deref().unwrap_or("")
+        ));
+    }
+    for m in members.iter().take(20) {
+        out.push_str(&format!(
+            "  {} {} {}{}\n",
+            m.pid,
+            m.comm,
+            m.service.as_deref().unwrap_or("(no service.name)"),
+            if m.stacks_only {
+                " (stacks only: no thread contexts)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if members.len() > 20 {
+        out.push_str(&format!("  ... and {} more\n", members.len() - 20));
+    }
+    if let Some((to, s)) = export {
+        let per_sample = match s.sent_samples {
+            0 => String::new(),
+            n => format!(", {:.1} bytes a sample", s.sent_bytes as f64 / n as f64),
+        };
+        out.push_str(&format!(
+            "otlp to {to}: {} requests built, {} sent ({}, {} samples{per_sample}), {} retries, {} \
+             dropped ({} samples; {} batches before encoding), {} rejected, {} profiles \
+             rejected by the collector; queue {} now, peak {}\n",
+            s.requests,
+            s.sent,
+            otlp::size(s.sent_bytes),
+            s.sent_samples,
+            s.retries,
+            s.dropped,
+            s.dropped_samples,
+            s.dropped_batches,
+            s.rejected,
+            s.rejected_profiles,
+            otlp::size(s.queued_bytes as u64),
+            otlp::size(s.queue_peak as u64),
+        ));
+        if let Some(error) = &s.last_error {
+            out.push_str(&format!("otlp: last error: {error}\n"));
+        }
+    }
+    out
+}

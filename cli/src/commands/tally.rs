@@ -1,0 +1,399 @@
+//! The view of `watch` and `demo`: the library's [`Sampler`] of one process, its samples
+//! counted per value of one thread-context attribute, and the table and lines that show
+//! the counts.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use otel_ctx_codec::attrs::{ResolvedAttrs, MAX_KEYS};
+use otel_ctx_reader::sampler::{SamplerStats, Threads};
+use otel_ctx_reader::thread::ThreadReaderOptions;
+use otel_ctx_reader::{Following, Method, Sample, Sampler, SamplerOptions};
+use serde::Serialize;
+
+use super::{sampler_failure, text, Failure};
+
+/// Bucket of a thread with no context attached.
+pub const NO_CONTEXT: &str = "(no context)";
+/// Bucket of a thread whose context could not be read.
+pub const UNREADABLE: &str = "(unreadable)";
+
+/// The bucket of a sample whose context has `value` for the grouping attribute `by`.
+fn value_bucket(by: &str, value: Option<&[u8]>) -> String {
+    value.map_or_else(
+        || format!("(no {by})"),
+        |v| String::from_utf8_lossy(v).into_owned(),
+    )
+}
+
+/// With `--raw-keys`: the value of the entry whose key index `#N` is `by`, the last
+/// occurrence winning, as `show --raw-keys` names them.
+fn raw_value<'a>(attrs_data: &'a [u8], by: &str) -> Option<&'a [u8]> {
+    let index: u8 = by.strip_prefix('#')?.parse().ok()?;
+    ResolvedAttrs::resolve(attrs_data, MAX_KEYS)
+        .iter()
+        .find(|(key, _)| *key == index)
+        .map(|(_, value)| value)
+}
+
+/// Samples of one process counted per attribute value.
+pub struct Tally {
+    sampler: Sampler,
+    pid: u32,
+    hz: u32,
+    by: String,
+    raw_keys: bool,
+    counts: HashMap<String, u64>,
+}
+
+impl Tally {
+    /// Samples every thread of `pid` at `hz` (`ebpf`: the running ones, by the BPF
+    /// program), grouped by attribute `by` (`raw_keys`: attributes named by key index,
+    /// `#0`, as `show --raw-keys` does, whatever the process context announces).
+    pub fn open(pid: u32, hz: u32, by: &str, raw_keys: bool, ebpf: bool) -> Result<Self, Failure> {
+        let method = if ebpf { Method::Ebpf } else { Method::Ptrace };
+        let options = SamplerOptions::default()
+            .with_method(Some(method))
+            .with_frequency_hz(hz)
+            .with_stack_size(0)
+            .with_threads(Threads::All)
+            .with_require_known_schema(!raw_keys)
+            .with_thread_reader(ThreadReaderOptions::default());
+        let mut sampler = Sampler::new(options).map_err(sampler_failure)?;
+        // A view of thread contexts has nothing to count without them.
+        if let Following::StacksOnly(why) = sampler.add_process(pid).map_err(sampler_failure)? {
+            return Err(why.into());
+        }
+        Ok(Self {
+            sampler,
+            pid,
+            hz,
+            by: by.to_owned(),
+            raw_keys,
+            counts: HashMap::new(),
+        })
+    }
+
+    /// Samples for up to `wait` (one ptrace round, or the eBPF samples ready); whether
+    /// the process still runs.
+    pub fn step(&mut self, wait: Duration) -> Result<bool, Failure> {
+        let Self {
+            sampler,
+            counts,
+            by,
+            raw_keys,
+            pid,
+            ..
+        } = self;
+        let step = sampler
+            .step(wait, |sample| {
+                *counts.entry(bucket(sample, by, *raw_keys)).or_default() += 1;
+                false
+            })
+            .map_err(sampler_failure)?;
+        Ok(!step.exited.contains(pid))
+    }
+
+    /// The executable mappings the thread reader left out, one line each.
+    pub fn skipped_lines(&self) -> String {
+        self.reader_skipped()
+            .iter()
+            .map(|s| format!("skipped {s}\n"))
+            .collect()
+    }
+
+    fn reader_skipped(&self) -> &[otel_ctx_reader::thread::tls::SkippedModule] {
+        self.sampler
+            .reader(self.pid)
+            .map_or(&[], |r| r.skipped_modules())
+    }
+
+    /// When `by` names no key of the key map: a note that says so and lists the keys
+    /// that are (samples then all count as `(no <by>)`, until a key of that name is
+    /// registered).
+    pub fn key_note(&self) -> Option<String> {
+        if self.raw_keys {
+            return None;
+        }
+        let keys = self
+            .sampler
+            .reader(self.pid)
+            .and_then(|r| r.key_map())
+            .unwrap_or(&[]);
+        if keys.contains(&self.by) {
+            return None;
+        }
+        Some(if keys.is_empty() {
+            format!(
+                "{} is not in the key map: the process announces no keys (yet)",
+                self.by
+            )
+        } else {
+            format!(
+                "{} is not in the key map; its keys are: {}",
+                self.by,
+                keys.join(", ")
+            )
+        })
+    }
+
+    /// Whether the samples come from the eBPF sampler.
+    pub fn is_ebpf(&self) -> bool {
+        self.sampler.method() == Method::Ebpf
+    }
+
+    /// How samples are taken, for the line above the table.
+    pub fn how(&self) -> String {
+        let (pid, hz) = (self.pid, self.hz);
+        if self.is_ebpf() {
+            format!("eBPF sampling of {pid}'s running threads at {hz} Hz on every CPU")
+        } else {
+            format!("sampling every thread of {pid} at {hz} Hz")
+        }
+    }
+
+    /// The sampler's counts.
+    pub fn stats(&self) -> SamplerStats {
+        self.sampler.stats()
+    }
+
+    /// The closing line's counts.
+    pub fn totals(&self, elapsed: Duration) -> String {
+        let stats = self.stats();
+        let per_second = |n: u64| n as f64 / elapsed.as_secs_f64().max(1e-9);
+        if self.is_ebpf() {
+            format!(
+                "{} samples from eBPF ({:.1} samples/s, {} lost)",
+                stats.samples,
+                per_second(stats.samples),
+                stats.lost
+            )
+        } else {
+            format!(
+                "{} samples in {} {} ({:.1} rounds/s)",
+                stats.samples,
+                stats.rounds,
+                text::plural(stats.rounds, "round", "rounds"),
+                per_second(stats.rounds)
+            )
+        }
+    }
+
+    /// Why samples were unreadable, one line per kind of error, most first.
+    pub fn unreadable_lines(&self) -> String {
+        self.stats()
+            .unreadable
+            .iter()
+            .map(|u| format!("  {UNREADABLE} {}: {}\n", u.samples, u.message))
+            .collect()
+    }
+
+    /// `(value, samples)`, most samples first.
+    pub fn rows(&self) -> Vec<(&str, u64)> {
+        let mut rows: Vec<(&str, u64)> =
+            self.counts.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        rows
+    }
+
+    /// Thread samples taken.
+    pub fn samples(&self) -> u64 {
+        self.counts.values().sum()
+    }
+
+    /// The aligned table: value, samples, share, bar.
+    pub fn table(&self) -> String {
+        let samples = self.samples();
+        let mut rows = vec![vec![
+            format!("  {}", self.by.to_uppercase()),
+            "SAMPLES".to_owned(),
+            "SHARE".to_owned(),
+            String::new(),
+        ]];
+        for (value, n) in self.rows() {
+            let share = if samples == 0 {
+                0.0
+            } else {
+                n as f64 / samples as f64
+            };
+            rows.push(vec![
+                format!("  {}", text::shorten(value)),
+                n.to_string(),
+                format!("{:5.1}%", share * 100.0),
+                "#".repeat((share * 40.0).round() as usize),
+            ]);
+        }
+        text::table(&rows)
+    }
+
+    /// The resolution line shown above the table.
+    pub fn heading(&self) -> String {
+        match self.sampler.reader(self.pid) {
+            Some(reader) => {
+                let r = reader.resolution();
+                format!(
+                    "otel_thread_ctx_v1 in {} ({}, {})",
+                    r.defining_module,
+                    r.model.name(),
+                    r.libc.name()
+                )
+            }
+            None => "otel_thread_ctx_v1 is no longer exported".to_owned(),
+        }
+    }
+
+    /// The summary document of `watch --json`.
+    pub fn json(&self, elapsed: Duration) -> Summary<'_> {
+        let stats = self.stats();
+        Summary {
+            pid: self.pid,
+            by: &self.by,
+            hz: self.hz,
+            duration_s: seconds(elapsed),
+            rounds: stats.rounds,
+            samples: self.samples(),
+            ebpf: self.is_ebpf().then_some(EbpfSummary {
+                ticks: stats.ticks,
+                lost: stats.lost,
+            }),
+            unreadable: stats
+                .unreadable
+                .into_iter()
+                .map(|u| Unreadable {
+                    kind: u.kind,
+                    samples: u.samples,
+                    message: u.message,
+                })
+                .collect(),
+            key_note: self.key_note(),
+            counts: self
+                .rows()
+                .into_iter()
+                .map(|(value, samples)| Count { value, samples })
+                .collect(),
+        }
+    }
+}
+
+/// The bucket of one sample.
+fn bucket(sample: &Sample<'_>, by: &str, raw_keys: bool) -> String {
+    match &sample.context {
+        Ok(None) => NO_CONTEXT.to_owned(),
+        Ok(Some(c)) if raw_keys => value_bucket(by, raw_value(c.attrs_data, by)),
+        Ok(Some(c)) => value_bucket(by, c.attribute(by)),
+        Err(_) => UNREADABLE.to_owned(),
+    }
+}
+
+/// `d` in seconds, rounded to the millisecond: a clock read between rounds is not more
+/// precise than that.
+fn seconds(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+/// The document of `watch --json`.
+#[derive(Serialize)]
+pub struct Summary<'a> {
+    /// The process sampled.
+    pub pid: u32,
+    /// The attribute whose values group the samples.
+    pub by: &'a str,
+    /// Rounds per second asked for.
+    pub hz: u32,
+    /// How long sampling ran, in seconds.
+    pub duration_s: f64,
+    /// Rounds taken (each samples every thread once).
+    pub rounds: u64,
+    /// Thread samples taken: the sum of `counts`.
+    pub samples: u64,
+    /// With `--ebpf` only (where `rounds` is 0): the BPF program's counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ebpf: Option<EbpfSummary>,
+    /// The `(unreadable)` samples by the kind of error, most first.
+    pub unreadable: Vec<Unreadable>,
+    /// When `by` is not in the key map: a note that says so and lists its keys.
+    pub key_note: Option<String>,
+    /// Samples per value, most first.
+    pub counts: Vec<Count<'a>>,
+}
+
+/// One element of [`Summary::unreadable`].
+#[derive(Serialize)]
+pub struct Unreadable {
+    /// The error's kind (`SampleError::kind`), such as `traced`.
+    pub kind: &'static str,
+    /// Samples with an error of this kind.
+    pub samples: u64,
+    /// The message of the first of them.
+    pub message: String,
+}
+
+/// [`Summary::ebpf`]: what the BPF program counted.
+#[derive(Serialize)]
+pub struct EbpfSummary {
+    /// Ticks that interrupted a thread of the process.
+    pub ticks: u64,
+    /// Samples lost because the ring buffer was full.
+    pub lost: u64,
+}
+
+/// One bucket of [`Summary::counts`].
+#[derive(Serialize)]
+pub struct Count<'a> {
+    /// The attribute value, or a bucket such as [`NO_CONTEXT`].
+    pub value: &'a str,
+    /// Thread samples in this bucket.
+    pub samples: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_shape() {
+        let summary = Summary {
+            pid: 4242,
+            by: "http.route",
+            hz: 99,
+            duration_s: seconds(Duration::from_micros(10_000_501)),
+            rounds: 990,
+            samples: 3802,
+            ebpf: None,
+            unreadable: vec![Unreadable {
+                kind: "traced",
+                samples: 2,
+                message: "another tracer holds the thread".to_owned(),
+            }],
+            key_note: None,
+            counts: vec![
+                Count {
+                    value: NO_CONTEXT,
+                    samples: 3100,
+                },
+                Count {
+                    value: "/api/cart",
+                    samples: 702,
+                },
+            ],
+        };
+        let out = serde_json::to_string(&summary).unwrap();
+        assert_eq!(
+            out,
+            r#"{"pid":4242,"by":"http.route","hz":99,"duration_s":10.001,"rounds":990,"samples":3802,"unreadable":[{"kind":"traced","samples":2,"message":"another tracer holds the thread"}],"key_note":null,"counts":[{"value":"(no context)","samples":3100},{"value":"/api/cart","samples":702}]}"#
+        );
+        let back: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(back["duration_s"].is_f64(), "{out}");
+    }
+
+    #[test]
+    fn raw_keys_name_entries_by_index() {
+        // Entry 0: key 0, "ab"; entry 1: key 2, "c"; entry 2: key 0 again, "z".
+        let attrs = [0, 2, b'a', b'b', 2, 1, b'c', 0, 1, b'z'];
+        assert_eq!(raw_value(&attrs, "#0"), Some(&b"z"[..]));
+        assert_eq!(raw_value(&attrs, "#2"), Some(&b"c"[..]));
+        assert_eq!(raw_value(&attrs, "#1"), None);
+        assert_eq!(raw_value(&attrs, "route"), None);
+        assert_eq!(value_bucket("http.route", None), "(no http.route)");
+    }
+}

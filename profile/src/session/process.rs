@@ -1,0 +1,181 @@
+//! The profile of one process: a [`Sampler`] of its threads feeding a [`Profiler`].
+
+use std::time::{Duration, Instant};
+
+use otel_ctx_reader::process::ReaderOptions;
+use otel_ctx_reader::sampler::PreparedProcess;
+use otel_ctx_reader::{Following, ProcessContextReader, Sampler, SamplerError, SamplerOptions};
+
+use crate::{Profile, ProfileOptions, Profiler};
+
+use super::to_profile_sample;
+
+/// How a session samples and profiles. Start from `SessionOptions::default()`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionOptions {
+    /// How the threads are sampled (eBPF or ptrace, the rate, the stack copied).
+    pub sampler: SamplerOptions,
+    /// How each process's samples are unwound, symbolized and aggregated. Its
+    /// [`period_ns`](ProfileOptions::period_ns) is taken from the sampler's rate.
+    pub profile: ProfileOptions,
+}
+
+impl SessionOptions {
+    /// Sets [`sampler`](Self::sampler).
+    #[must_use]
+    pub fn with_sampler(mut self, sampler: SamplerOptions) -> Self {
+        self.sampler = sampler;
+        self
+    }
+
+    /// Sets [`profile`](Self::profile).
+    #[must_use]
+    pub fn with_profile(mut self, profile: ProfileOptions) -> Self {
+        self.profile = profile;
+        self
+    }
+
+    /// The profile options, with the sampler's period.
+    pub(crate) fn profile_options(&self) -> ProfileOptions {
+        let hz = u64::from(self.sampler.frequency_hz.max(1));
+        self.profile.clone().with_period_ns(1_000_000_000 / hz)
+    }
+}
+
+/// A CPU profile of one process being taken: its threads sampled (eBPF or ptrace), each
+/// sample unwound, labeled with its thread context and counted. A process that publishes
+/// no thread contexts is profiled by its stacks ([`following`](Self::following) says
+/// so).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use otel_ctx_profile::{ProcessProfiler, SessionOptions};
+///
+/// let mut session = ProcessProfiler::start(1234, SessionOptions::default())?;
+/// session.run(Duration::from_secs(10), |_| false)?;
+/// session.profile().write_pprof(std::fs::File::create("cpu.pb.gz")?)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct ProcessProfiler {
+    pid: u32,
+    sampler: Sampler,
+    profiler: Profiler,
+    following: Following,
+    exited: bool,
+    started: Instant,
+}
+
+impl ProcessProfiler {
+    /// Starts profiling process `pid`: the sampler (eBPF unless the options say ptrace,
+    /// or BPF cannot be used), its thread reader, its modules and its resource.
+    pub fn start(pid: u32, options: SessionOptions) -> Result<Self, SamplerError> {
+        let mut sampler = Sampler::new(options.sampler)?;
+        let prepared = PreparedProcess::open(pid, sampler.options())?;
+        let (following, maps) = sampler.adopt(prepared)?;
+        let mut profiler = Profiler::new(pid, options.profile_options());
+        profiler.update_maps(&maps);
+        let snapshot = ProcessContextReader::from_maps(&maps, ReaderOptions::default())
+            .and_then(|mut reader| reader.read())
+            .ok();
+        profiler.set_process_context(snapshot.as_ref());
+        Ok(Self {
+            pid,
+            sampler,
+            profiler,
+            following,
+            exited: false,
+            started: Instant::now(),
+        })
+    }
+
+    /// The process.
+    pub const fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// How the process is followed: with its thread contexts, or for its stacks only
+    /// (and why).
+    pub const fn following(&self) -> &Following {
+        &self.following
+    }
+
+    /// The sampler: how it samples ([`Sampler::method`], [`Sampler::fallback`]), its
+    /// counts ([`Sampler::stats`]), the process's thread reader.
+    pub const fn sampler(&self) -> &Sampler {
+        &self.sampler
+    }
+
+    /// The profiler: its counts so far ([`Profiler::stats`]).
+    pub const fn profiler(&self) -> &Profiler {
+        &self.profiler
+    }
+
+    /// Whether the process has exited (no more samples come).
+    pub const fn has_exited(&self) -> bool {
+        self.exited
+    }
+
+    /// How long the session has run.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// One step, at most `wait` long: the samples taken meanwhile are profiled, and the
+    /// process's modules are read again when its samples or its context say they
+    /// changed. Returns `false` once the process has exited.
+    pub fn step(&mut self, wait: Duration) -> Result<bool, SamplerError> {
+        if self.exited {
+            return Ok(false);
+        }
+        let profiler = &mut self.profiler;
+        let step = self.sampler.step(wait, |sample| {
+            to_profile_sample(sample, |s| profiler.add(s).outside_modules)
+        })?;
+        for maps in &step.maps {
+            self.profiler.update_maps(maps);
+        }
+        if step.gained_contexts.contains(&self.pid) {
+            self.following = Following::Contexts;
+        }
+        if step.exited.contains(&self.pid) {
+            self.exited = true;
+        }
+        Ok(!self.exited)
+    }
+
+    /// Samples for `duration` (0: until `stop` says so), or until the process exits or
+    /// `stop` returns `true` (it is asked after every step, at least ten times a second,
+    /// and may look at the session: its counts for a progress line).
+    pub fn run(
+        &mut self,
+        duration: Duration,
+        mut stop: impl FnMut(&Self) -> bool,
+    ) -> Result<(), SamplerError> {
+        let started = Instant::now();
+        let forever = duration.is_zero();
+        while forever || started.elapsed() < duration {
+            let left = match forever {
+                true => STEP,
+                false => duration.saturating_sub(started.elapsed()).min(STEP),
+            };
+            if !self.step(left)? || stop(self) {
+                break;
+            }
+        }
+        // What the BPF program took since the last wait, without waiting.
+        if !self.exited {
+            self.step(Duration::ZERO)?;
+        }
+        Ok(())
+    }
+
+    /// The profile so far: every distinct frame symbolized, every label spelled out.
+    pub fn profile(&self) -> Profile {
+        self.profiler.profile()
+    }
+}
+
+/// The longest step of [`ProcessProfiler::run`]: how soon `stop` is asked.
+const STEP: Duration = Duration::from_millis(100);

@@ -1,0 +1,202 @@
+//! One followed process: what a sampler keeps of it between samples, and the one
+//! refresh policy that keeps its thread reader current.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use crate::error::Error;
+use crate::maps::ProcessMaps;
+use crate::memory::{ProcessMemory, ReadMethod};
+use crate::procfs;
+use crate::thread::reader::{ThreadError, ThreadReader};
+
+use super::{SamplerError, SamplerOptions, MODULES_FALLBACK, REFRESH_INTERVAL};
+
+/// How a process is followed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Following {
+    /// With its thread contexts.
+    Contexts,
+    /// For its stacks only, and why: it exports no `otel_thread_ctx_v1` (yet), or the
+    /// slot cannot be located. Its samples have no context; it is looked at again at
+    /// every refresh, and read for contexts once it can be.
+    StacksOnly(ThreadError),
+}
+
+impl Following {
+    /// Whether the process is followed with its thread contexts.
+    pub const fn has_contexts(&self) -> bool {
+        matches!(self, Self::Contexts)
+    }
+}
+
+/// A process read for following: its maps, its start time and its thread reader (or why
+/// it has none). [`open`](Self::open) does what following a process costs most (a read
+/// of its maps, the analysis of its modules), on any thread;
+/// [`Sampler::adopt`](super::Sampler::adopt) then follows it.
+#[derive(Debug)]
+pub struct PreparedProcess {
+    /// The process.
+    pub pid: u32,
+    /// Its start time (`/proc/<pid>/stat`, clock ticks since boot): a process with the
+    /// same id and another start time is another process.
+    pub start_time: u64,
+    /// The pass over its maps the reader was opened with.
+    pub maps: ProcessMaps,
+    reader: Result<ThreadReader, ThreadError>,
+}
+
+impl PreparedProcess {
+    /// Reads process `pid`'s maps and opens its thread reader as `options` say. A
+    /// process that exports no `otel_thread_ctx_v1` (or whose slot cannot be located)
+    /// is prepared for its stacks only; one that cannot be read at all is an error.
+    pub fn open(pid: u32, options: &SamplerOptions) -> Result<Self, SamplerError> {
+        let maps = ProcessMaps::read(pid).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::gone(pid),
+            _ => Error::from_io(pid, format!("read /proc/{pid}/maps"), e),
+        })?;
+        Self::from_maps(maps, options)
+    }
+
+    /// Like [`open`](Self::open), from a pass over the process's maps the caller made
+    /// (and may have used for its process context): the maps are not read again.
+    pub fn from_maps(maps: ProcessMaps, options: &SamplerOptions) -> Result<Self, SamplerError> {
+        let pid = maps.pid;
+        let start_time = procfs::start_time(pid).ok_or_else(|| Error::gone(pid))?;
+        let reader = open_reader(&maps, options);
+        match reader {
+            // Not being able to read the process is not a process without contexts.
+            Err(ThreadError::Process(e)) => Err(e.into()),
+            Err(e @ ThreadError::Schema { .. }) => Err(e.into()),
+            reader => Ok(Self {
+                pid,
+                start_time,
+                maps,
+                reader,
+            }),
+        }
+    }
+
+    /// Whether it will be followed with its thread contexts.
+    pub fn has_contexts(&self) -> bool {
+        self.reader.is_ok()
+    }
+
+    /// Its thread reader, if it has one.
+    pub fn reader(&self) -> Option<&ThreadReader> {
+        self.reader.as_ref().ok()
+    }
+}
+
+/// The thread reader of the process whose maps are `maps`: with
+/// [`SamplerOptions::require_known_schema`] off, a process that announces no known
+/// schema is read anyway, its attributes named by index until its key map comes.
+fn open_reader(maps: &ProcessMaps, options: &SamplerOptions) -> Result<ThreadReader, ThreadError> {
+    let strict = options.thread_reader.with_require_known_schema(true);
+    match ThreadReader::from_maps(maps, strict) {
+        Err(ThreadError::Schema { .. }) if !options.require_known_schema => {
+            ThreadReader::from_maps(maps, strict.with_require_known_schema(false))
+        }
+        other => other,
+    }
+}
+
+/// What a sampler keeps of one followed process.
+#[derive(Debug)]
+pub(super) struct Process {
+    start_time: u64,
+    /// Its memory, for the stack copies of a process followed for its stacks only (a
+    /// thread reader has its own).
+    pub memory: ProcessMemory,
+    /// Thread names, read once per thread.
+    names: HashMap<u32, String>,
+    /// Set on evidence that its mappings or context changed.
+    pub suspect: bool,
+    /// When its maps were last read, and its key map last looked at.
+    maps_read: Instant,
+    key_map_read: Instant,
+    /// Set when a refresh gave a process followed for its stacks only a thread reader.
+    pub gained_contexts: bool,
+}
+
+impl Process {
+    /// The process `prepared` describes, its reader (or why none) and its maps.
+    pub fn from_prepared(
+        prepared: PreparedProcess,
+    ) -> (Self, Result<ThreadReader, ThreadError>, ProcessMaps) {
+        let now = Instant::now();
+        let process = Self {
+            start_time: prepared.start_time,
+            memory: ProcessMemory::new(prepared.pid, ReadMethod::Auto),
+            names: HashMap::new(),
+            suspect: false,
+            maps_read: now,
+            key_map_read: now,
+            gained_contexts: false,
+        };
+        (process, prepared.reader, prepared.maps)
+    }
+
+    /// The name of thread `tid`, read once.
+    pub fn thread_name(&mut self, pid: u32, tid: u32) -> &str {
+        // A process with many short-lived threads would grow the map without end.
+        if self.names.len() >= MAX_NAMES && !self.names.contains_key(&tid) {
+            self.names.clear();
+        }
+        self.names
+            .entry(tid)
+            .or_insert_with(|| procfs::thread_name(pid, tid))
+    }
+
+    /// Whether the process exited, or another took its id.
+    pub fn has_exited(&self, pid: u32) -> bool {
+        procfs::start_time(pid) != Some(self.start_time) || crate::memory::is_gone(pid)
+    }
+
+    /// The refresh policy of one process: its key map every [`REFRESH_INTERVAL`], its
+    /// maps (and so its modules and slot location) on evidence at most as often, or
+    /// every [`MODULES_FALLBACK`]. Returns the maps when they were read.
+    pub fn refresh(
+        &mut self,
+        pid: u32,
+        readers: &mut HashMap<u32, ThreadReader>,
+        options: &SamplerOptions,
+    ) -> Option<ProcessMaps> {
+        let now = Instant::now();
+        let mut context_changed = false;
+        if now.duration_since(self.key_map_read) >= REFRESH_INTERVAL {
+            self.key_map_read = now;
+            if let Some(reader) = readers.get_mut(&pid) {
+                context_changed = reader.refresh_key_map();
+            }
+        }
+        let since = now.duration_since(self.maps_read);
+        let due = ((self.suspect || context_changed) && since >= REFRESH_INTERVAL)
+            || since >= MODULES_FALLBACK;
+        if !due {
+            return None;
+        }
+        self.suspect = false;
+        self.maps_read = now;
+        // A failure (the process exiting) shows in the exit check.
+        let maps = ProcessMaps::read(pid).ok()?;
+        match readers.get_mut(&pid) {
+            Some(reader) => {
+                // A failure leaves the old location: its samples show as unreadable.
+                let _ = reader.refresh_modules_from(&maps);
+                reader.refresh_key_map();
+            }
+            None => {
+                if let Ok(reader) = open_reader(&maps, options) {
+                    readers.insert(pid, reader);
+                    self.gained_contexts = true;
+                }
+            }
+        }
+        Some(maps)
+    }
+}
+
+/// The most thread names kept per process before they are read again.
+const MAX_NAMES: usize = 4096;
