@@ -19,11 +19,12 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use otel_ctx_profile::export::{self, Exporter};
 use otel_ctx_profile::otlp::OtlpScope;
 use otel_ctx_profile::{Filter, FoldedOptions, ModuleCache, Profile, ProfileOptions, Profiler};
 use otel_ctx_reader::{ProcessContextReader, ProcessMaps, ReaderOptions, Snapshot, ThreadReader};
 
-use super::otlp::{self, Exporter};
+use super::otlp;
 
 mod scout;
 
@@ -396,7 +397,7 @@ impl Fleet {
 
 /// Runs `profile --all` or `profile <pid> --otlp`.
 pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
-    let env = otlp::ProcessEnvironment;
+    let env = export::ProcessEnvironment;
     let destination = otlp::destination(
         request.otlp.as_ref().map(Option::as_deref),
         &request.otlp_header,
@@ -404,10 +405,7 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
         &env,
     )
     .map_err(Failure::Unusable)?;
-    let timeout = match request.otlp_timeout {
-        Some(timeout) => timeout,
-        None => otlp::timeout(&env).map_err(Failure::Unusable)?,
-    };
+    let timeout = otlp::timeout(request.otlp_timeout, &env).map_err(Failure::Unusable)?;
     if request.export_interval.is_zero() {
         return Err(Failure::usage(
             "--export-interval 0: give an interval such as 10s",
@@ -474,16 +472,19 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
     }
     let exporter = match destination {
         Some(destination) => Some(
-            Exporter::start(otlp::Options {
-                destination,
-                queue_bytes: request.otlp_queue,
-                timeout,
-                scope: OtlpScope {
-                    name: "otel-ctx".to_owned(),
-                    version: env!("CARGO_PKG_VERSION").to_owned(),
-                },
-            })
-            .map_err(Failure::Unusable)?,
+            Exporter::start(
+                export::Options::new(
+                    destination,
+                    OtlpScope {
+                        name: "otel-ctx".to_owned(),
+                        version: env!("CARGO_PKG_VERSION").to_owned(),
+                    },
+                )
+                .with_queue_bytes(request.otlp_queue)
+                .with_timeout(timeout)
+                .with_user_agent(concat!("otel-ctx/", env!("CARGO_PKG_VERSION"))),
+            )
+            .map_err(|e| Failure::Unusable(e.to_string()))?,
         ),
         None => None,
     };
@@ -607,7 +608,7 @@ fn processes(n: u64) -> String {
 }
 
 /// What was profiled and sent; on stderr at the end and on `SIGUSR1`.
-fn summary(fleet: &Fleet, export: Option<(String, otlp::Stats)>, started: Instant) -> String {
+fn summary(fleet: &Fleet, export: Option<(String, export::Stats)>, started: Instant) -> String {
     let c = &fleet.counts;
     let lost = fleet.sampler.counters().map_or(0, |c| c.lost);
     let stacks_only = fleet.processes.values().filter(|f| f.stacks_only).count();
