@@ -33,6 +33,8 @@ cargo clippy -p otel-ctx-writer --no-default-features --features alloc -- -D war
   cargo clippy -q --release --target x86_64-unknown-linux-gnu -- -D warnings)
 cargo clippy -p otel-ctx-opentelemetry --features context-observer --all-targets -- -D warnings
 cargo clippy -p otel-ctx --features demo --all-targets -- -D warnings
+# The profile layer for an embedder that writes files only: no exporter.
+cargo clippy -p otel-ctx-profile --no-default-features --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 
 step "dependency rules (ARCHITECTURE.md)"
@@ -56,6 +58,15 @@ if ! cargo tree -q -p otel-ctx-profile -e normal --prefix none | grep -q "^otel-
   echo "otel-ctx-profile is not on top of the reader" >&2
   exit 1
 fi
+# Its exporter (feature `http`) is the only way to an HTTP client or TLS: an embedder that
+# turns the feature off links neither.
+profile_bare=$(cargo tree -q -p otel-ctx-profile -e normal --no-default-features --prefix none)
+for banned in ureq rustls; do
+  if grep -q "^$banned v" <<<"$profile_bare"; then
+    echo "otel-ctx-profile without default features depends on $banned" >&2
+    exit 1
+  fi
+done
 # The read-side tool, in its default build, carries no writer: the demo service (writer,
 # tokio, the OpenTelemetry SDK) is its feature `demo`, and it exports no TLS slot.
 cli_tree=$(cargo tree -q -p otel-ctx -e normal --prefix none)

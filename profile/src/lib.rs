@@ -42,6 +42,10 @@
 //!   [`write_svg`](Profile::write_svg) (inferno's flame graph), and
 //!   [`otlp::export_request`] (OTLP profiles, many processes in one request), all from
 //!   the same aggregate.
+//! - **Delivery** (`export`, feature `http`, on by default): an exporter thread that
+//!   sends each interval's request over OTLP/HTTP (or to a file), with the
+//!   `OTEL_EXPORTER_OTLP_*` environment, a queue bounded in bytes and retries. Without
+//!   the feature the crate has no HTTP client and no TLS.
 //!
 //! Why addr2line and object rather than blazesym: blazesym opens and maps the paths it
 //! is given, and follows debug links into this process's file system. Here every byte
@@ -55,6 +59,8 @@
 #![forbid(unsafe_code)]
 
 mod aggregate;
+#[cfg(feature = "http")]
+pub mod export;
 mod folded;
 mod module;
 pub mod otlp;

@@ -1,7 +1,9 @@
 //! OTLP profiles: the profiles of one or more processes as one
 //! `ExportProfilesServiceRequest` (signal `profiles`, `v1development`), the message an
-//! OpenTelemetry Collector's OTLP receiver takes, built with the generated types of
-//! `opentelemetry-proto`.
+//! OpenTelemetry Collector's OTLP receiver takes ([`ExportRequest`], encoded with
+//! [`ExportRequest::encode_to_vec`]), built with the generated types of
+//! `opentelemetry-proto`, which stay inside this module: a program that wants to look
+//! into a request decodes its bytes with the OTLP types of its choice.
 //!
 //! Each process is one `ResourceProfiles`: its resource is the process context's, with
 //! every attribute's type (and `process.pid` when the resource has none), one
@@ -23,10 +25,8 @@ use std::time::UNIX_EPOCH;
 
 use otel_ctx_reader::process::{OwnedKeyValue, OwnedValue};
 
-/// The generated OTLP types (`opentelemetry-proto`'s), for users of this module's
-/// output: `proto::collector::profiles::v1development::ExportProfilesServiceRequest`,
-/// `proto::profiles::v1development`, `proto::common::v1`, `proto::resource::v1`.
-pub use opentelemetry_proto::tonic as proto;
+use opentelemetry_proto::tonic as proto;
+use prost::Message as _;
 
 use proto::collector::profiles::v1development::ExportProfilesServiceRequest;
 use proto::common::v1::KeyValueList;
@@ -57,16 +57,52 @@ pub struct OtlpScope {
     pub version: String,
 }
 
+/// One OTLP `ExportProfilesServiceRequest`: the profiles of one or more processes and
+/// their one dictionary, ready to be encoded as the body of `POST
+/// /v1development/profiles`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExportRequest {
+    message: ExportProfilesServiceRequest,
+    samples: u64,
+}
+
+impl ExportRequest {
+    /// The protobuf encoding of the request.
+    pub fn encode_to_vec(&self) -> Vec<u8> {
+        self.message.encode_to_vec()
+    }
+
+    /// The length of [`encode_to_vec`](Self::encode_to_vec)'s bytes, computed without
+    /// encoding.
+    pub fn encoded_len(&self) -> usize {
+        self.message.encoded_len()
+    }
+
+    /// The samples the request counts, over all its processes.
+    pub const fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// The processes in the request (its `ResourceProfiles`).
+    pub fn processes(&self) -> usize {
+        self.message.resource_profiles.len()
+    }
+}
+
 impl Profile {
     /// This process's profile as an OTLP request of its own.
-    pub fn to_otlp(&self, scope: &OtlpScope) -> ExportProfilesServiceRequest {
+    pub fn to_otlp(&self, scope: &OtlpScope) -> ExportRequest {
         export_request(std::slice::from_ref(self), scope)
     }
 }
 
 /// The profiles of `profiles` (one per process, in that order) as one request, with one
 /// dictionary for all of them.
-pub fn export_request(profiles: &[Profile], scope: &OtlpScope) -> ExportProfilesServiceRequest {
+pub fn export_request(profiles: &[Profile], scope: &OtlpScope) -> ExportRequest {
+    let samples = profiles
+        .iter()
+        .flat_map(|p| &p.entries)
+        .fold(0u64, |sum, e| sum.saturating_add(e.samples));
     let mut dictionary = Dictionary::new();
     let resource_profiles = profiles
         .iter()
@@ -84,10 +120,27 @@ pub fn export_request(profiles: &[Profile], scope: &OtlpScope) -> ExportProfiles
             schema_url: String::new(),
         })
         .collect();
-    ExportProfilesServiceRequest {
-        resource_profiles,
-        dictionary: Some(dictionary.finish()),
+    ExportRequest {
+        message: ExportProfilesServiceRequest {
+            resource_profiles,
+            dictionary: Some(dictionary.finish()),
+        },
+        samples,
     }
+}
+
+/// The profiles a collector says it rejected in the answer to an accepted request (the
+/// `partial_success` of an `ExportProfilesServiceResponse`), with its message; `None`
+/// when the answer says nothing of it or cannot be decoded (an empty body is a full
+/// success).
+#[cfg(feature = "http")]
+pub(crate) fn partial_success(response: &[u8]) -> Option<(u64, String)> {
+    use proto::collector::profiles::v1development::ExportProfilesServiceResponse;
+    let partial = ExportProfilesServiceResponse::decode(response)
+        .ok()?
+        .partial_success?;
+    let rejected = u64::try_from(partial.rejected_profiles).unwrap_or(0);
+    (rejected > 0 || !partial.error_message.is_empty()).then_some((rejected, partial.error_message))
 }
 
 /// The process's resource, typed; `process.pid` added when it has none. A profile

@@ -20,7 +20,10 @@ fn scope() -> OtlpScope {
 
 /// The request, through its wire form.
 fn round_trip(profiles: &[Profile]) -> ExportProfilesServiceRequest {
-    let bytes = export_request(profiles, &scope()).encode_to_vec();
+    let request = export_request(profiles, &scope());
+    let bytes = request.encode_to_vec();
+    assert_eq!(bytes.len(), request.encoded_len());
+    assert_eq!(request.processes(), profiles.len());
     ExportProfilesServiceRequest::decode(&bytes[..]).expect("a request")
 }
 
@@ -220,11 +223,13 @@ fn the_example_profile_as_otlp() {
     assert_eq!(functions(d, &p.samples[3]), [OVERFLOW_FUNCTION]);
     // to_otlp is the same request for one profile.
     let one = example().to_otlp(&scope());
-    assert_eq!(one.resource_profiles.len(), 1);
+    assert_eq!(one.processes(), 1);
     assert_eq!(
-        one.dictionary,
-        export_request(&[example()], &scope()).dictionary
+        one.message.dictionary,
+        export_request(&[example()], &scope()).message.dictionary
     );
+    // The samples it counts: the example's entries, overflow included.
+    assert_eq!(one.samples(), values.iter().sum::<i64>() as u64);
 }
 
 #[test]

@@ -15,11 +15,12 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use otel_ctx_profile::export::{self, Exporter};
 use otel_ctx_profile::otlp::OtlpScope;
 use otel_ctx_profile::{Filter, FleetOptions, FleetProfiler, FoldedOptions, Profile};
 use otel_ctx_reader::Method;
 
-use super::otlp::{self, Exporter};
+use super::otlp;
 use super::profile::{Format, Request};
 use super::{sampler_failure, text, Failure, INTERRUPTED, SUMMARY_ASKED};
 
@@ -28,7 +29,7 @@ const TICK: Duration = Duration::from_millis(100);
 
 /// Runs `profile --all` or `profile <pid> --otlp`.
 pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
-    let env = otlp::ProcessEnvironment;
+    let env = export::ProcessEnvironment;
     let destination = otlp::destination(
         request.otlp.as_ref().map(Option::as_deref),
         &request.otlp_header,
@@ -36,10 +37,7 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
         &env,
     )
     .map_err(Failure::Unusable)?;
-    let timeout = match request.otlp_timeout {
-        Some(timeout) => timeout,
-        None => otlp::timeout(&env).map_err(Failure::Unusable)?,
-    };
+    let timeout = otlp::timeout(request.otlp_timeout, &env).map_err(Failure::Unusable)?;
     if request.export_interval.is_zero() {
         return Err(Failure::usage(
             "--export-interval 0: give an interval such as 10s",
@@ -79,16 +77,19 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
     }
     let exporter = match destination {
         Some(destination) => Some(
-            Exporter::start(otlp::Options {
-                destination,
-                queue_bytes: request.otlp_queue,
-                timeout,
-                scope: OtlpScope {
-                    name: "otel-ctx".to_owned(),
-                    version: env!("CARGO_PKG_VERSION").to_owned(),
-                },
-            })
-            .map_err(Failure::Unusable)?,
+            Exporter::start(
+                export::Options::new(
+                    destination,
+                    OtlpScope {
+                        name: "otel-ctx".to_owned(),
+                        version: env!("CARGO_PKG_VERSION").to_owned(),
+                    },
+                )
+                .with_queue_bytes(request.otlp_queue)
+                .with_timeout(timeout)
+                .with_user_agent(concat!("otel-ctx/", env!("CARGO_PKG_VERSION"))),
+            )
+            .map_err(|e| Failure::Unusable(e.to_string()))?,
         ),
         None => None,
     };
@@ -194,7 +195,7 @@ fn processes(n: u64) -> String {
 /// What was profiled and sent; on stderr at the end and on `SIGUSR1`.
 fn summary(
     fleet: &FleetProfiler,
-    export: Option<(String, otlp::Stats)>,
+    export: Option<(String, export::Stats)>,
     started: Instant,
 ) -> String {
     let c = fleet.counts();

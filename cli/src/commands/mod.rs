@@ -2,9 +2,11 @@
 
 use std::fmt;
 use std::io::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use libc::{SIGINT, SIGTERM, SIGUSR1};
 use otel_ctx_reader::{Error, ThreadError};
 
 pub mod check;
@@ -112,45 +114,28 @@ pub fn default_sigpipe() {
     }
 }
 
-/// Set by the Ctrl-C handler of the live views.
-pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Set by the Ctrl-C handler of the live views (an `Arc`, as signal-hook's flags are).
+pub static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
-extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
+/// Set by the `SIGUSR1` handler of `profile --all`: print the summary so far.
+#[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
+pub static SUMMARY_ASKED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
+
+/// Has `signal` set `flag`: signal-hook's handler only stores to the atomic, which is
+/// async-signal-safe. It installs with `SA_RESTART`, which no wait of the live views
+/// needs to be without: `poll` is never restarted (the eBPF sampler's wait wakes), and
+/// `thread::sleep` resumes its sleep after a signal either way, so the loops see the
+/// flag at their next tick.
+fn on(signal: libc::c_int, flag: &Arc<AtomicBool>) -> std::io::Result<()> {
+    signal_hook::flag::register(signal, Arc::clone(flag)).map(drop)
 }
 
 /// Installs a Ctrl-C handler that sets [`INTERRUPTED`], so live views end cleanly;
 /// `SIGTERM` too, so that a service manager's stop ends them the same way.
 pub fn catch_sigint() -> Result<(), String> {
-    install(libc::SIGINT, on_sigint)
-        .and_then(|()| install(libc::SIGTERM, on_sigint))
+    on(SIGINT, &INTERRUPTED)
+        .and_then(|()| on(SIGTERM, &INTERRUPTED))
         .map_err(|e| format!("cannot catch Ctrl-C: sigaction failed: {e}"))
-}
-
-/// Set by the `SIGUSR1` handler of `profile --all`: print the summary so far.
-#[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
-pub static SUMMARY_ASKED: AtomicBool = AtomicBool::new(false);
-
-#[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
-extern "C" fn on_sigusr1(_: libc::c_int) {
-    SUMMARY_ASKED.store(true, Ordering::Relaxed);
-}
-
-/// Installs `handler` for `signal`; no SA_RESTART, so a sleeping wait wakes.
-fn install(signal: libc::c_int, handler: extern "C" fn(libc::c_int)) -> std::io::Result<()> {
-    // SAFETY: an all-zero `sigaction` is a valid starting value; every handler given here
-    // only stores to an atomic, which is async-signal-safe.
-    let rc = unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = handler as *const () as libc::sighandler_t;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(signal, &action, std::ptr::null_mut())
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 /// For a run that may last until it is stopped (`profile --all`, `--duration 0`):
@@ -158,22 +143,18 @@ fn install(signal: libc::c_int, handler: extern "C" fn(libc::c_int)) -> std::io:
 /// `SIGUSR1` sets [`SUMMARY_ASKED`].
 #[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
 pub fn catch_signals() -> Result<(), String> {
-    for (signal, name, handler) in [
-        (
-            libc::SIGINT,
-            "SIGINT",
-            on_sigint as extern "C" fn(libc::c_int),
-        ),
-        (libc::SIGTERM, "SIGTERM", on_sigint),
-        (libc::SIGUSR1, "SIGUSR1", on_sigusr1),
+    for (signal, name, flag) in [
+        (SIGINT, "SIGINT", &*INTERRUPTED),
+        (SIGTERM, "SIGTERM", &*INTERRUPTED),
+        (SIGUSR1, "SIGUSR1", &*SUMMARY_ASKED),
     ] {
-        install(signal, handler)
-            .map_err(|e| format!("cannot catch {name}: sigaction failed: {e}"))?;
+        on(signal, flag).map_err(|e| format!("cannot catch {name}: sigaction failed: {e}"))?;
     }
     Ok(())
 }
 
-/// Parses `10s`, `500ms`, `2m`, `1h` or a bare number of seconds.
+/// Parses `10s`, `500ms`, `2m`, `1h`, `1h30m` (humantime's units: `ns` to `d`), or a
+/// bare number of seconds (`1.5`).
 pub fn parse_duration(arg: &str) -> Result<Duration, String> {
     let arg = arg.trim();
     if arg.starts_with('-') {
@@ -181,25 +162,15 @@ pub fn parse_duration(arg: &str) -> Result<Duration, String> {
             "{arg:?} is negative: give a duration such as 10s, 500ms or 2m"
         ));
     }
-    let split = arg
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(arg.len());
-    let (number, unit) = arg.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{arg:?} is not a duration such as 10s, 500ms or 2m"))?;
-    let seconds = match unit {
-        "" | "s" => number,
-        "ms" => number / 1000.0,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        _ => {
-            return Err(format!(
-                "unknown unit {unit:?} in {arg:?}: use ms, s, m or h"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{arg:?}: {e}"))
+    // humantime wants a unit; a number alone has always meant seconds here.
+    if !arg.is_empty() && arg.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        let seconds: f64 = arg
+            .parse()
+            .map_err(|_| format!("{arg:?} is not a duration such as 10s, 500ms or 2m"))?;
+        return Duration::try_from_secs_f64(seconds).map_err(|e| format!("{arg:?}: {e}"));
+    }
+    humantime::parse_duration(arg)
+        .map_err(|e| format!("{arg:?} is not a duration such as 10s, 500ms or 2m: {e}"))
 }
 
 #[cfg(test)]
@@ -212,9 +183,15 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
         assert!(parse_duration("ten").is_err());
-        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("1.2.3").is_err());
+        assert!(parse_duration("5 parsecs")
+            .unwrap_err()
+            .contains("unknown time unit \"parsecs\""));
         assert!(parse_duration("").is_err());
         assert!(parse_duration("-1").unwrap_err().contains("negative"));
+        assert!(parse_duration("-2s").unwrap_err().contains("negative"));
     }
 }

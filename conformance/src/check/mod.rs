@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use otel_ctx_reader::procfs::comm;
 use otel_ctx_reader::Error;
 
-pub use rules::RuleId;
+pub use rules::{Level, RuleId};
 
 use process::ProcessSide;
 use thread::ThreadSide;
@@ -168,7 +168,13 @@ impl Verdicts {
     /// Records a verdict unless the rule already has a worse one. Of equal verdicts, a
     /// FAIL or WARN keeps the first observation (the first counter-example), a PASS or
     /// SKIP takes the latest (what the process looks like now).
+    /// A rule of [`Level::Warn`] given FAIL is recorded as WARN: the table of rules
+    /// says how bad breaking each one is.
     fn set(&mut self, rule: RuleId, status: Status, observed: impl Into<String>) {
+        let status = match (status, rule.level()) {
+            (Status::Fail, Level::Warn) => Status::Warn,
+            (status, _) => status,
+        };
         let slot = &mut self.results[rule.index()];
         let replace = match slot {
             None => true,
@@ -198,9 +204,14 @@ impl Verdicts {
         self.set(rule, Status::Skip, observed);
     }
 
+    /// The rule is broken: FAIL, or WARN for a rule of [`Level::Warn`].
+    fn broken(&mut self, rule: RuleId, observed: impl Into<String>) {
+        self.set(rule, Status::Fail, observed);
+    }
+
     /// Skips every rule in `rules` that has no verdict yet.
-    fn skip_unset(&mut self, rules: &[RuleId], observed: &str) {
-        for &rule in rules {
+    fn skip_unset(&mut self, rules: impl IntoIterator<Item = RuleId>, observed: &str) {
+        for rule in rules {
             if self.results[rule.index()].is_none() {
                 self.skip(rule, observed);
             }
@@ -338,7 +349,7 @@ mod tests {
         v.fail(RuleId::PcMappingName, "second fail");
         v.warn(RuleId::PcMappingSingle, "warn");
         v.fail(RuleId::PcMappingSingle, "fail");
-        v.skip_unset(&[RuleId::PcFound, RuleId::TcRecordIds], "nothing");
+        v.skip_unset([RuleId::PcFound, RuleId::TcRecordIds], "nothing");
         let results = v.into_results();
         assert_eq!(results.len(), RuleId::ALL.len());
         let get = |rule: RuleId| &results[rule.index()];

@@ -317,7 +317,7 @@ impl ThreadSide {
                 );
             }
             v.skip_unset(
-                &symbol_rules,
+                symbol_rules,
                 "no loaded module defines otel_thread_ctx_v1: no thread contexts (optional)",
             );
             return;
@@ -525,11 +525,7 @@ impl ThreadSide {
                 let first = tally.first.clone().unwrap_or_default();
                 let observed =
                     format!("{first} ({} of {})", tally.bad, plural(tally.checked, unit));
-                if rule.can_fail() {
-                    v.fail(rule, observed);
-                } else {
-                    v.warn(rule, observed);
-                }
+                v.broken(rule, observed);
             } else if tally.checked > 0 {
                 v.pass(rule, format!("{} {scope}", plural(tally.checked, unit)));
             } else if rule == RuleId::TcAttrsKeyIndex && t.key_index_unknown > 0 {

@@ -17,33 +17,11 @@ use super::clock::clock_ticks_per_second;
 use super::discover::{Candidate, Naming, MAX_PROBED};
 use super::observe::{PayloadRead, Seen};
 use super::{Content, Presence, ProcessSide, TLS_SCHEMAS};
+use crate::check::rules::Side;
 use crate::check::{plural, RuleId, Status, Verdicts};
 
 /// Names listed in full in an observation before it is cut short.
 const NAMES_SHOWN: usize = 8;
-
-/// The rules this side judges, in report order.
-const RULES: [RuleId; 19] = [
-    RuleId::PcFound,
-    RuleId::PcMappingName,
-    RuleId::PcMappingSingle,
-    RuleId::PcMappingNotExecutable,
-    RuleId::PcMappingPrivate,
-    RuleId::PcMappingDontfork,
-    RuleId::PcHeaderSignature,
-    RuleId::PcHeaderVersion,
-    RuleId::PcHeaderTimestamp,
-    RuleId::PcHeaderPayloadSize,
-    RuleId::PcUpdateTimestampIncreases,
-    RuleId::PcPayloadDecodes,
-    RuleId::PcResourceUniqueKeys,
-    RuleId::PcResourceServiceName,
-    RuleId::TlKeysPlacement,
-    RuleId::TlSchemaVersion,
-    RuleId::TlKeyMapShape,
-    RuleId::TlKeyMapAppendOnly,
-    RuleId::TlKeyMapSchema,
-];
 
 impl ProcessSide {
     /// The rules judged on every consistent read; returns what a payload that decodes says
@@ -128,7 +106,7 @@ impl ProcessSide {
                 ),
                 None => v.fail(RuleId::PcFound, observed),
             }
-            v.skip_unset(&RULES, "no process context");
+            v.skip_unset(RuleId::of(Side::Process), "no process context");
             return;
         };
         match self.unprobed_note() {
@@ -180,7 +158,7 @@ impl ProcessSide {
             "the payload does not decode"
         };
         v.skip_unset(
-            &[
+            [
                 RuleId::PcHeaderPayloadSize,
                 RuleId::PcPayloadDecodes,
                 RuleId::PcResourceUniqueKeys,
