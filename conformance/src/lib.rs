@@ -38,7 +38,7 @@ pub mod vectors;
 
 #[cfg(target_os = "linux")]
 pub use check::{
-    check, wait_for_context, CheckOptions, Level, Report, RuleId, RuleResult, Status,
+    check, wait_for_context, CheckOptions, Document, Level, Report, RuleId, RuleResult, Status,
     DEFAULT_THREAD_ROUNDS, MAX_WINDOW,
 };
 pub use vectors::{spec_vectors_dir, Inputs, LoadError, Outcome, Vector};

@@ -7,7 +7,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use otel_ctx_conformance::{check, wait_for_context, CheckOptions, Report, RuleId, Status};
+use otel_ctx_conformance::{check, wait_for_context, CheckOptions, Document, Report, Status};
 use otel_ctx_reader::Error;
 
 use serde::Serialize;
@@ -218,48 +218,9 @@ fn check_program(
     })
 }
 
-/// Width of the id column: the longest rule id.
-fn id_width() -> usize {
-    RuleId::ALL.iter().map(|r| r.id().len()).max().unwrap_or(0)
-}
-
-/// The text report: a heading, one line per rule, the counts.
+/// The text report, and how the program it started ended.
 fn text(report: &Report, program: Option<&(Vec<String>, Stopped)>) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "otel-ctx check: process {} ({}), watched for {:.2}s",
-        report.pid,
-        if report.comm.is_empty() {
-            "?"
-        } else {
-            &report.comm
-        },
-        report.observed_for.as_secs_f64()
-    );
-    let width = id_width();
-    for r in &report.results {
-        let _ = writeln!(
-            out,
-            "{}  {:width$}  {}  [{}]",
-            r.status,
-            r.rule.id(),
-            one_line(&r.observed),
-            r.rule.reference()
-        );
-    }
-    let _ = writeln!(
-        out,
-        "{} rules: {} PASS, {} WARN, {} FAIL, {} SKIP",
-        report.results.len(),
-        report.count(Status::Pass),
-        report.count(Status::Warn),
-        report.count(Status::Fail),
-        report.count(Status::Skip)
-    );
-    for skipped in &report.skipped_modules {
-        let _ = writeln!(out, "skipped {skipped}");
-    }
+    let mut out = report.text();
     if let Some((argv, stopped)) = program {
         let how = match stopped.how {
             "stdin_closed" => "exited when its stdin was closed",
@@ -274,24 +235,7 @@ fn text(report: &Report, program: Option<&(Vec<String>, Stopped)>) -> String {
     out
 }
 
-fn one_line(s: &str) -> String {
-    s.replace(['\n', '\r'], " ")
-}
-
-/// The document of `check --json`; its shape is in `JSON.md`, section `check`.
-#[derive(Serialize)]
-struct Document<'a> {
-    pid: u32,
-    comm: &'a str,
-    command: Option<CommandJson<'a>>,
-    observed_ms: u64,
-    passed: bool,
-    summary: Summary,
-    results: Vec<RuleJson<'a>>,
-    skipped_modules: &'a [String],
-}
-
-/// The program `check` started and stopped.
+/// The program `check` started and stopped, in its JSON document.
 #[derive(Serialize)]
 struct CommandJson<'a> {
     argv: &'a [String],
@@ -300,155 +244,15 @@ struct CommandJson<'a> {
     signal: Option<i32>,
 }
 
-/// The number of results with each status.
-#[derive(Serialize)]
-struct Summary {
-    pass: usize,
-    warn: usize,
-    fail: usize,
-    skip: usize,
-}
-
-/// One rule's result.
-#[derive(Serialize)]
-struct RuleJson<'a> {
-    id: &'static str,
-    status: &'static str,
-    reference: &'static str,
-    title: &'static str,
-    observed: &'a str,
-}
-
-fn document<'a>(report: &'a Report, program: Option<&'a (Vec<String>, Stopped)>) -> Document<'a> {
-    Document {
-        pid: report.pid,
-        comm: &report.comm,
-        command: program.map(|(argv, stopped)| CommandJson {
-            argv,
-            stopped: stopped.how,
-            exit_code: stopped.status.and_then(|s| s.code()),
-            signal: stopped.status.and_then(|s| s.signal()),
-        }),
-        observed_ms: u64::try_from(report.observed_for.as_millis()).unwrap_or(u64::MAX),
-        passed: report.passed(),
-        summary: Summary {
-            pass: report.count(Status::Pass),
-            warn: report.count(Status::Warn),
-            fail: report.count(Status::Fail),
-            skip: report.count(Status::Skip),
-        },
-        results: report
-            .results
-            .iter()
-            .map(|r| RuleJson {
-                id: r.rule.id(),
-                status: r.status.json_name(),
-                reference: r.rule.reference(),
-                title: r.rule.title(),
-                observed: &r.observed,
-            })
-            .collect(),
-        skipped_modules: &report.skipped_modules,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use otel_ctx_conformance::RuleResult;
-
-    fn report() -> Report {
-        Report {
-            pid: 42,
-            comm: "app \"x\"".into(),
-            observed_for: Duration::from_millis(1500),
-            results: vec![
-                RuleResult {
-                    rule: RuleId::PcFound,
-                    status: Status::Pass,
-                    observed: "/memfd:OTEL_CTX (deleted) at 0x1000".into(),
-                },
-                RuleResult {
-                    rule: RuleId::PcHeaderVersion,
-                    status: Status::Fail,
-                    observed: "3: readers\nrequire 2".into(),
-                },
-            ],
-            skipped_modules: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn text_lines() {
-        let out = text(&report(), None);
-        let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(
-            lines[0],
-            "otel-ctx check: process 42 (app \"x\"), watched for 1.50s"
-        );
-        assert!(lines[1].starts_with("PASS  pc.found "), "{}", lines[1]);
-        assert!(
-            lines[1].ends_with("  [OTEP 4719 §Reading Protocol 1]"),
-            "{}",
-            lines[1]
-        );
-        assert!(lines[2].contains("3: readers require 2"), "{}", lines[2]);
-        assert_eq!(lines[3], "2 rules: 1 PASS, 0 WARN, 1 FAIL, 0 SKIP");
-    }
-
-    #[test]
-    fn json_document() {
-        let stopped = Stopped {
-            how: "sigterm",
-            status: None,
-        };
-        let program = (vec!["./app".into()], stopped);
-        let report = report();
-        let doc = serde_json::to_string(&document(&report, Some(&program))).unwrap();
-        assert!(doc.starts_with(
-            "{\"pid\":42,\"comm\":\"app \\\"x\\\"\",\"command\":{\"argv\":[\"./app\"],\"stopped\":\"sigterm\",\"exit_code\":null,\"signal\":null},\"observed_ms\":1500,\"passed\":false,\"summary\":{\"pass\":1,\"warn\":0,\"fail\":1,\"skip\":0},\"results\":[{\"id\":\"pc.found\",\"status\":\"pass\""
-        ), "{doc}");
-        assert!(
-            doc.contains("\"observed\":\"3: readers\\nrequire 2\"}],\"skipped_modules\":[]}"),
-            "{doc}"
-        );
-    }
-
-    #[test]
-    fn json_shape() {
-        let report = report();
-        let mut rule_keys = ["id", "status", "reference", "title", "observed"].repeat(2);
-        let mut expected = vec!["pid", "comm", "command", "observed_ms", "passed", "summary"];
-        expected.extend(["pass", "warn", "fail", "skip", "results"]);
-        expected.append(&mut rule_keys);
-        expected.push("skipped_modules");
-
-        let with_pid = serde_json::to_string(&document(&report, None)).unwrap();
-        assert_eq!(json::keys(&with_pid), expected);
-        let back: serde_json::Value = serde_json::from_str(&with_pid).unwrap();
-        assert!(back["command"].is_null(), "{with_pid}");
-        assert_eq!(back["results"][1]["status"], "fail");
-        assert_eq!(
-            back["results"][1]["reference"],
-            RuleId::PcHeaderVersion.reference()
-        );
-
-        let program = (
-            vec!["./app".into(), "--port".into()],
-            Stopped {
-                how: "stdin_closed",
-                status: Some(ExitStatus::from_raw(3 << 8)),
-            },
-        );
-        let with_command = serde_json::to_string(&document(&report, Some(&program))).unwrap();
-        let command_keys = ["argv", "stopped", "exit_code", "signal"];
-        expected.splice(3..3, command_keys);
-        assert_eq!(json::keys(&with_command), expected);
-        let back: serde_json::Value = serde_json::from_str(&with_command).unwrap();
-        assert_eq!(
-            back["command"],
-            serde_json::json!({"argv": ["./app", "--port"], "stopped": "stdin_closed",
-                               "exit_code": 3, "signal": null})
-        );
-    }
+/// The document of `check --json`; its shape is in `JSON.md`, section `check`.
+fn document<'a>(
+    report: &'a Report,
+    program: Option<&'a (Vec<String>, Stopped)>,
+) -> Document<'a, CommandJson<'a>> {
+    report.document(program.map(|(argv, stopped)| CommandJson {
+        argv,
+        stopped: stopped.how,
+        exit_code: stopped.status.and_then(|s| s.code()),
+        signal: stopped.status.and_then(|s| s.signal()),
+    }))
 }

@@ -10,6 +10,7 @@
 //! copies of one sample.
 
 mod process;
+mod report;
 mod rules;
 mod smaps;
 mod thread;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 use otel_ctx_reader::procfs::comm;
 use otel_ctx_reader::Error;
 
+pub use report::Document;
 pub use rules::{Level, RuleId};
 
 use process::ProcessSide;
