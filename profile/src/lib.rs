@@ -62,6 +62,7 @@ mod aggregate;
 #[cfg(feature = "http")]
 pub mod export;
 mod folded;
+mod format;
 mod module;
 pub mod otlp;
 mod pprof;
@@ -81,6 +82,7 @@ use otel_ctx_reader::{ProcessMaps, Snapshot, UserRegisters};
 
 pub use aggregate::Limits;
 pub use folded::FoldedOptions;
+pub use format::Format;
 pub use module::{CacheLimits, CacheStats, ModuleCache, ModuleKey};
 pub use profile::{Entry, LabelSet, Location, Mapping, Profile, SkippedModule, Stats};
 pub use sample::{

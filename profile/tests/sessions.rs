@@ -61,6 +61,14 @@ fn the_forty_line_example_profiles_a_process() {
     fixture.finish();
 }
 
+/// Steps the fleet for `time` (a ptrace step lasts one round).
+fn step_for(fleet: &mut FleetProfiler, time: Duration) {
+    let end = std::time::Instant::now() + time;
+    while std::time::Instant::now() < end {
+        fleet.step(Duration::from_millis(100)).expect("a step");
+    }
+}
+
 #[test]
 fn a_fleet_given_its_processes_profiles_each_apart() {
     let exe = build_routes("sessions-fleet", &["-fno-omit-frame-pointer"]);
@@ -75,9 +83,7 @@ fn a_fleet_given_its_processes_profiles_each_apart() {
     }
     let members = fleet.members();
     assert_eq!(members.len(), 2, "{members:?}");
-    for _ in 0..20 {
-        fleet.step(Duration::from_millis(100)).expect("a step");
-    }
+    step_for(&mut fleet, Duration::from_secs(1));
     let profiles = fleet.take_profiles();
     assert_eq!(profiles.len(), 2);
     for profile in &profiles {
@@ -93,9 +99,7 @@ fn a_fleet_given_its_processes_profiles_each_apart() {
     assert!(fleet.take_profiles().is_empty());
     // A process that exits is dropped, its last samples kept for the next interval.
     a.finish();
-    for _ in 0..25 {
-        fleet.step(Duration::from_millis(100)).expect("a step");
-    }
+    step_for(&mut fleet, Duration::from_millis(2500));
     assert_eq!(fleet.members().len(), 1);
     assert_eq!(fleet.counts().exited, 1);
     b.finish();

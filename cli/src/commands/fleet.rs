@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use otel_ctx_profile::export::{self, Exporter};
 use otel_ctx_profile::otlp::OtlpScope;
-use otel_ctx_profile::{Filter, FleetOptions, FleetProfiler, FoldedOptions, Profile};
+use otel_ctx_profile::{Filter, FleetOptions, FleetProfiler, FoldedOptions, Format, Profile};
 use otel_ctx_reader::Method;
 
 use super::otlp;
-use super::profile::{Format, Request};
+use super::profile::Request;
 use super::{sampler_failure, text, Failure, INTERRUPTED, SUMMARY_ASKED};
 
 /// How long a step of the loop lasts at most.

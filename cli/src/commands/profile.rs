@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use otel_ctx_profile::{
-    Filter, FoldedOptions, ProcessProfiler, Profile, ProfileOptions, SessionOptions,
+    Filter, FoldedOptions, Format, ProcessProfiler, Profile, ProfileOptions, SessionOptions,
 };
 use otel_ctx_reader::thread::DEFAULT_STACK_SIZE;
 use otel_ctx_reader::{Following, Method, SamplerOptions};
@@ -24,43 +24,6 @@ use super::{catch_sigint, text, Failure, INTERRUPTED};
 
 /// `--max-processes` when not given: as many as the eBPF sampler has room for.
 pub const DEFAULT_MAX_PROCESSES: usize = 1024;
-
-/// The formats `--format` takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Gzipped `profile.proto`, which `go tool pprof`, Pyroscope and Grafana read.
-    Pprof,
-    /// The folded text of flamegraph.pl (`root;caller;leaf count`).
-    Folded,
-    /// An SVG flame graph.
-    Svg,
-}
-
-impl Format {
-    /// The format an output file's name asks for: `.pb.gz` (or `.pb`, `.pprof`), `.folded`
-    /// (or `.txt`), `.svg`.
-    fn of_path(path: &Path) -> Option<Self> {
-        let name = path.file_name()?.to_str()?;
-        if name.ends_with(".pb.gz") || name.ends_with(".pb") || name.ends_with(".pprof") {
-            Some(Self::Pprof)
-        } else if name.ends_with(".folded") || name.ends_with(".txt") {
-            Some(Self::Folded)
-        } else if name.ends_with(".svg") {
-            Some(Self::Svg)
-        } else {
-            None
-        }
-    }
-
-    /// The extension of its files, without the dot.
-    pub const fn extension(self) -> &'static str {
-        match self {
-            Self::Pprof => "pb.gz",
-            Self::Folded => "folded",
-            Self::Svg => "svg",
-        }
-    }
-}
 
 /// What `profile` was asked for.
 #[derive(Clone, Debug, clap::Args)]
@@ -89,8 +52,8 @@ pub struct Request {
     /// Where to write (`-`: standard output); default `profile.<pid>.pb.gz`.
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
-    /// The format, when the output's name does not say it.
-    #[arg(long, value_enum)]
+    /// The format, when the output's name does not say it: pprof, folded or svg.
+    #[arg(long, value_parser = parse_format)]
     pub format: Option<Format>,
     /// Sample with ptrace (stopping each running thread) instead of eBPF.
     #[arg(long)]
@@ -139,33 +102,6 @@ pub struct Request {
 }
 
 impl Request {
-    /// The request with the defaults of the command line.
-    #[cfg(test)]
-    pub fn new(pid: u32) -> Self {
-        Self {
-            pid: Some(pid),
-            all: false,
-            otlp: None,
-            otlp_header: Vec::new(),
-            otlp_file: None,
-            otlp_queue: 64 << 20,
-            otlp_timeout: None,
-            export_interval: Duration::from_secs(10),
-            rescan: Duration::from_secs(10),
-            max_processes: 1024,
-            duration: Duration::from_secs(10),
-            hz: 99,
-            by: "http.route".to_owned(),
-            trace: None,
-            output: None,
-            format: None,
-            ptrace: false,
-            lines: false,
-            stack_size: DEFAULT_STACK_SIZE,
-            quiet: false,
-        }
-    }
-
     /// The session's options: the sampler's (eBPF unless `--ptrace`, with ptrace when BPF
     /// cannot be used), the profile's (lines, the filter).
     pub fn session(&self, filter: Filter) -> SessionOptions {
@@ -335,12 +271,7 @@ pub fn write(
     let cannot =
         |e: std::io::Error| Failure::Unusable(format!("cannot write {}: {e}", path.display()));
     let mut buffer = Vec::new();
-    match format {
-        Format::Pprof => profile.write_pprof(&mut buffer),
-        Format::Folded => profile.write_folded(folded, &mut buffer),
-        Format::Svg => profile.write_svg(folded, &mut buffer),
-    }
-    .map_err(cannot)?;
+    profile.write(format, folded, &mut buffer).map_err(cannot)?;
     if path.as_os_str() == "-" {
         let mut stdout = std::io::stdout().lock();
         return stdout
@@ -349,6 +280,11 @@ pub fn write(
             .map_err(cannot);
     }
     std::fs::write(path, buffer).map_err(cannot)
+}
+
+/// `--format`: a format by its name.
+fn parse_format(name: &str) -> Result<Format, String> {
+    name.parse()
 }
 
 /// The closing summary: samples, with and without a context, distinct stacks, unwinding
@@ -391,12 +327,8 @@ fn summary(session: &ProcessProfiler, profile: &Profile, path: &Path, format: Fo
     for skipped in &stats.skipped_modules {
         out.push_str(&format!("skipped {}: {}\n", skipped.path, skipped.reason));
     }
-    let what = match format {
-        Format::Pprof => "pprof profile",
-        Format::Folded => "folded stacks",
-        Format::Svg => "flame graph",
-    };
     if path.as_os_str() != "-" {
+        let what = format.description();
         out.push_str(&format!("{what} written to {}\n", path.display()));
     }
     out
@@ -406,9 +338,35 @@ fn summary(session: &ProcessProfiler, profile: &Profile, path: &Path, format: Fo
 mod tests {
     use super::*;
 
+    /// The request with the defaults of the command line.
+    fn request(pid: u32) -> Request {
+        Request {
+            pid: Some(pid),
+            all: false,
+            otlp: None,
+            otlp_header: Vec::new(),
+            otlp_file: None,
+            otlp_queue: 64 << 20,
+            otlp_timeout: None,
+            export_interval: Duration::from_secs(10),
+            rescan: Duration::from_secs(10),
+            max_processes: 1024,
+            duration: Duration::from_secs(10),
+            hz: 99,
+            by: "http.route".to_owned(),
+            trace: None,
+            output: None,
+            format: None,
+            ptrace: false,
+            lines: false,
+            stack_size: DEFAULT_STACK_SIZE,
+            quiet: false,
+        }
+    }
+
     #[test]
     fn outputs_and_formats() {
-        let mut r = Request::new(42);
+        let mut r = request(42);
         assert_eq!(
             r.output(42).unwrap(),
             (PathBuf::from("profile.42.pb.gz"), Format::Pprof)
