@@ -193,7 +193,7 @@ cargo clippy -p otel-ctx-reader -p otel-ctx --all-targets --features otel-ctx/eb
 RUSTDOCFLAGS="-D warnings" cargo doc -p otel-ctx-reader --features ebpf --no-deps -q
 cargo build -q -p otel-ctx-reader --features ebpf --examples
 cargo build -q -p otel-ctx-reader --features ebpf --target aarch64-unknown-linux-gnu
-run_tests cargo test -p otel-ctx-reader --features ebpf --lib --test ebpf_matrix
+run_tests cargo test -p otel-ctx-reader --features ebpf --lib --test ebpf_matrix --test sampler
 run_tests cargo test -p otel-ctx --features ebpf,demo --bin otel-ctx --test watch_ebpf --test profile_cli --test fleet_otlp
 
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
