@@ -43,7 +43,7 @@ pub enum ReadMethod {
 }
 
 /// Why a copy failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CopyError {
     /// Part of the range is not mapped in the target.
@@ -68,8 +68,6 @@ impl fmt::Display for CopyError {
         }
     }
 }
-
-impl std::error::Error for CopyError {}
 
 impl From<CopyError> for io::Error {
     fn from(e: CopyError) -> Self {

@@ -7,7 +7,7 @@ use super::BTF_PATH;
 
 /// Why the eBPF sampler cannot run. The ptrace reader
 /// ([`ThreadReader`](crate::ThreadReader)) still works in every one of these cases.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EbpfError {
     /// The kernel exposes no BTF, which the program's CO-RE relocations need.
@@ -34,7 +34,7 @@ pub enum EbpfError {
     /// A map of the program could not be used, or the CPUs could not be listed.
     Setup(String),
     /// Waiting for samples failed.
-    Poll(io::Error),
+    Poll(#[source] io::Error),
     /// The sampler follows as many processes as it has room for
     /// ([`EbpfOptions::max_processes`](super::EbpfOptions::max_processes)).
     TooManyProcesses {
@@ -102,8 +102,6 @@ impl fmt::Display for EbpfError {
         }
     }
 }
-
-impl std::error::Error for EbpfError {}
 
 /// The error's message followed by its sources', and the first OS error among them.
 pub(super) fn explain<'a>(

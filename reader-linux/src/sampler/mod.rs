@@ -683,3 +683,34 @@ fn ebpf_sampler(options: &SamplerOptions) -> Result<crate::ebpf::EbpfSampler, Sa
         .with_max_processes(options.max_processes);
     Ok(crate::ebpf::EbpfSampler::new(ebpf)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+    use crate::thread::tls::PtraceError;
+
+    #[test]
+    fn every_error_says_its_source() {
+        let io = || std::io::Error::from_raw_os_error(libc::EIO);
+        let e = SamplerError::Thread(ThreadError::Process(Error::Io {
+            pid: 7,
+            operation: "read".into(),
+            source: io(),
+        }));
+        // Transparent: the thread error's own message, and its chain down to the kernel's.
+        assert!(e.to_string().contains("read of process 7 failed"), "{e}");
+        let process = e.source().expect("the reader's error");
+        assert!(process.to_string().contains("process 7"), "{process}");
+        let kernel = process.source().expect("the kernel's error");
+        assert_eq!(kernel.to_string(), io().to_string());
+        let sample = SampleError::Ptrace(PtraceError::Os {
+            request: "PTRACE_INTERRUPT",
+            source: io(),
+        });
+        let ptrace = sample.source().expect("the ptrace error");
+        assert!(ptrace.source().is_some(), "{ptrace}");
+        assert!(SamplerError::NoEbpf.source().is_none());
+    }
+}

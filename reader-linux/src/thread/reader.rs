@@ -96,11 +96,11 @@ impl ThreadReaderOptions {
 }
 
 /// Why a process's thread contexts cannot be read at all.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ThreadError {
     /// The process cannot be inspected (gone, permission denied, ...).
-    Process(Error),
+    Process(#[source] Error),
     /// No module the reader could analyse defines `otel_thread_ctx_v1`.
     NotExported {
         /// The executable mappings left out of the analysis: one of them may be the
@@ -108,7 +108,7 @@ pub enum ThreadError {
         skipped: Vec<SkippedModule>,
     },
     /// `otel_thread_ctx_v1` cannot be located.
-    Tls(TlsError),
+    Tls(#[source] TlsError),
     /// The process context announces no thread-context schema this reader knows.
     Schema {
         /// The process.
@@ -159,8 +159,6 @@ impl fmt::Display for ThreadError {
         }
     }
 }
-
-impl std::error::Error for ThreadError {}
 
 /// A valid thread context, copied out of the target and decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -21,7 +21,7 @@ use std::marker::PhantomData;
 use crate::sys;
 
 /// Why a thread could not be stopped.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PtraceError {
     /// The thread has exited.
@@ -69,8 +69,6 @@ impl fmt::Display for PtraceError {
         }
     }
 }
-
-impl std::error::Error for PtraceError {}
 
 fn os_error(request: &'static str, e: io::Error) -> PtraceError {
     if e.raw_os_error() == Some(libc::ESRCH) {

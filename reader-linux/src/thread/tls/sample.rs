@@ -50,13 +50,13 @@ pub struct ThreadSample {
 }
 
 /// Why a thread's context could not be read.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SampleError {
     /// Stopping the thread or reading its registers failed.
-    Ptrace(PtraceError),
+    Ptrace(#[source] PtraceError),
     /// Computing the slot address failed.
-    Tls(TlsError),
+    Tls(#[source] TlsError),
     /// The slot points at an address that is not 2-aligned.
     Misaligned {
         /// The pointer.
@@ -119,8 +119,6 @@ impl fmt::Display for SampleError {
         }
     }
 }
-
-impl std::error::Error for SampleError {}
 
 impl From<PtraceError> for SampleError {
     fn from(e: PtraceError) -> Self {
