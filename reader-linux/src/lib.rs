@@ -25,6 +25,8 @@
 //!   every TLS access model, read while the thread is stopped with ptrace;
 //!   [`ThreadReader::sample_into`] and [`ThreadReader::sample_with_stack_into`] (the user
 //!   registers and the top of the stack too, for a profiler to unwind) allocate nothing.
+//!   [`StackReader`] takes the registers and stack alone, of a process that publishes no
+//!   thread contexts.
 //! - `EbpfSampler` (feature `ebpf`): the same samples taken by a BPF program at CPU-clock
 //!   ticks, without stopping threads, of one process or of many with one program.
 //! - [`ProcessMaps`]: one pass over `/proc/<pid>/maps` (the context's mapping and the mapped
@@ -72,7 +74,7 @@ pub use reader::{
     DEFAULT_MAX_ATTEMPTS,
 };
 pub use scan::{comm, pids, scan, scan_with, thread_ids, Scan, ScanEntry};
-pub use stack::{StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
+pub use stack::{StackBuffer, StackReader, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
 pub use threads::{
     OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
     ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,

@@ -477,19 +477,7 @@ impl ThreadReader {
         let stopped = StoppedThread::stop(tid)?;
         let (registers, thread_pointer) = match stack {
             None => (UserRegisters::default(), stopped.thread_pointer()?),
-            Some(stack) => {
-                let (registers, thread_pointer) = stopped.registers()?;
-                let copied = self
-                    .memory
-                    .read_prefix(registers.sp, stack.spare())
-                    .map_err(|e| SampleError::Memory {
-                        what: "the stack",
-                        address: registers.sp,
-                        source: e.into(),
-                    })?;
-                stack.set_len(copied);
-                (registers, thread_pointer)
-            }
+            Some(stack) => crate::stack::copy_stopped_stack(&stopped, &self.memory, stack)?,
         };
         let contents = match self.resolution.slot_address(thread_pointer, &self.memory)? {
             None => SlotContents::Null,

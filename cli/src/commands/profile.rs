@@ -15,10 +15,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use otel_ctx_profile::{Filter, FoldedOptions, Profile, ProfileOptions, Profiler, Sample};
+use otel_ctx_profile::{
+    Debuginfod, Filter, FoldedOptions, Profile, ProfileOptions, Profiler, Sample,
+};
 use otel_ctx_reader::{
     ProcessContextReader, ProcessMaps, ReaderOptions, RecordBuffer, SampleError, StackBuffer,
-    ThreadError, ThreadReader, ThreadReaderOptions, DEFAULT_STACK_SIZE,
+    StackReader, ThreadError, ThreadReader, ThreadReaderOptions, DEFAULT_STACK_SIZE,
 };
 
 use super::{catch_sigint, out, show, text, Failure, INTERRUPTED};
@@ -232,12 +234,16 @@ enum Source {
     Ptrace {
         records: RecordBuffer,
         stack: StackBuffer,
+        stacks: StackReader,
     },
 }
 
 /// A profile being taken.
 struct Session {
-    reader: ThreadReader,
+    pid: u32,
+    /// The thread contexts' reader; `None` for a process that publishes none, whose
+    /// samples are its stacks alone (labeled as having no context).
+    reader: Option<ThreadReader>,
     profiler: Profiler,
     source: Source,
     names: HashMap<u32, String>,
@@ -250,13 +256,15 @@ impl Session {
     fn open(request: &Request, pid: u32, filter: Filter) -> Result<Self, Failure> {
         let maps = show::read_maps(pid)?;
         let reader = match ThreadReader::from_maps(&maps, ThreadReaderOptions::default()) {
-            Ok(reader) => reader,
+            Ok(reader) => Some(reader),
             // A process that announces no known schema: its records are still read,
             // their attributes named by index.
-            Err(ThreadError::Schema { .. }) => ThreadReader::from_maps(
+            Err(ThreadError::Schema { .. }) => Some(ThreadReader::from_maps(
                 &maps,
                 ThreadReaderOptions::default().with_require_known_schema(false),
-            )?,
+            )?),
+            // No thread contexts: a context is a label, not a precondition.
+            Err(ThreadError::NotExported { .. }) => None,
             Err(e) => return Err(e.into()),
         };
         let period = 1_000_000_000 / u64::from(request.hz);
@@ -270,8 +278,9 @@ impl Session {
             .and_then(|mut r| r.read())
             .ok();
         profiler.set_process_context(snapshot.as_ref());
-        let source = Self::source(request, &reader)?;
+        let source = Self::source(request, pid, reader.as_ref())?;
         Ok(Self {
+            pid,
             reader,
             profiler,
             source,
@@ -284,10 +293,15 @@ impl Session {
 
     /// The eBPF sampler unless `--ptrace`; ptrace when BPF cannot be used (said on
     /// stderr).
-    fn source(request: &Request, reader: &ThreadReader) -> Result<Source, Failure> {
+    fn source(
+        request: &Request,
+        pid: u32,
+        reader: Option<&ThreadReader>,
+    ) -> Result<Source, Failure> {
         let ptrace = || Source::Ptrace {
             records: RecordBuffer::new(),
             stack: StackBuffer::new(request.stack_size),
+            stacks: StackReader::new(pid),
         };
         if request.ptrace {
             return Ok(ptrace());
@@ -297,14 +311,21 @@ impl Session {
             let options = otel_ctx_reader::EbpfOptions::default()
                 .with_frequency_hz(u64::from(request.hz))
                 .with_stack_size(request.stack_size);
-            match otel_ctx_reader::EbpfSampler::start(reader, options) {
+            let started = match reader {
+                Some(reader) => otel_ctx_reader::EbpfSampler::start(reader, options),
+                None => otel_ctx_reader::EbpfSampler::new(options).and_then(|mut sampler| {
+                    sampler.add_process_stacks(pid)?;
+                    Ok(sampler)
+                }),
+            };
+            match started {
                 Ok(sampler) => return Ok(Source::Ebpf(Box::new(sampler))),
                 Err(e) => eprintln!("otel-ctx: {e}; sampling with ptrace instead"),
             }
         }
         #[cfg(not(feature = "ebpf"))]
         {
-            let _ = reader;
+            let _ = (reader, pid);
             if !request.quiet {
                 eprintln!(
                     "otel-ctx: this otel-ctx was built without the eBPF sampler (feature \
@@ -334,13 +355,14 @@ impl Session {
 
     /// One step: up to `wait` of eBPF samples, or one ptrace round.
     fn step(&mut self, wait: Duration) -> Result<(), Failure> {
-        let pid = self.reader.pid();
+        let pid = self.pid;
         match &mut self.source {
             #[cfg(feature = "ebpf")]
             Source::Ebpf(sampler) => {
                 // A failed wait shows as no samples; the next step waits again.
                 let _ = sampler.wait(wait);
-                while let Some((stack, context)) = sampler.next_stack_sample(&mut self.reader) {
+                let readers = self.reader.as_mut_slice();
+                while let Some((stack, context)) = sampler.next_stack_sample(readers) {
                     let context = match context {
                         Ok(context) => context,
                         Err(e) => {
@@ -355,17 +377,31 @@ impl Session {
                     self.maps_suspect |= self.profiler.add(&sample).outside_modules;
                 }
             }
-            Source::Ptrace { records, stack } => {
+            Source::Ptrace {
+                records,
+                stack,
+                stacks,
+            } => {
                 let _ = wait;
-                let tids = self.reader.tids().map_err(Failure::from)?;
+                let tids = stacks.tids().map_err(Failure::from)?;
                 for tid in tids.into_iter().filter(|&tid| running(pid, tid)) {
-                    match self.reader.sample_with_stack_into(tid, records, stack) {
-                        Ok((registers, context)) => {
+                    let sampled = match &mut self.reader {
+                        Some(reader) => reader.sample_with_stack_into(tid, records, stack).map(
+                            |(registers, context)| {
+                                let name = Self::name(&mut self.names, pid, tid);
+                                let sample = Sample::new(tid, name, registers, stack.bytes())
+                                    .with_context(context.as_ref().map(Into::into));
+                                self.profiler.add(&sample).outside_modules
+                            },
+                        ),
+                        None => stacks.sample_stack_into(tid, stack).map(|registers| {
                             let name = Self::name(&mut self.names, pid, tid);
-                            let sample = Sample::new(tid, name, registers, stack.bytes())
-                                .with_context(context.as_ref().map(Into::into));
-                            self.maps_suspect |= self.profiler.add(&sample).outside_modules;
-                        }
+                            let sample = Sample::new(tid, name, registers, stack.bytes());
+                            self.profiler.add(&sample).outside_modules
+                        }),
+                    };
+                    match sampled {
+                        Ok(outside_modules) => self.maps_suspect |= outside_modules,
                         Err(SampleError::Ptrace(otel_ctx_reader::PtraceError::Gone)) => {}
                         Err(e) => {
                             self.unreadable += 1;
@@ -381,13 +417,15 @@ impl Session {
             if let Ok(maps) = ProcessMaps::read(pid) {
                 self.profiler.update_maps(&maps);
             }
-            if let Ok(true) = self.reader.refresh_modules() {
-                #[cfg(feature = "ebpf")]
-                if let Source::Ebpf(sampler) = &mut self.source {
-                    let _ = sampler.set_resolution(self.reader.resolution());
+            if let Some(reader) = &mut self.reader {
+                if let Ok(true) = reader.refresh_modules() {
+                    #[cfg(feature = "ebpf")]
+                    if let Source::Ebpf(sampler) = &mut self.source {
+                        let _ = sampler.set_resolution(reader.resolution());
+                    }
                 }
+                reader.refresh_key_map();
             }
-            self.reader.refresh_key_map();
         }
         Ok(())
     }
@@ -469,10 +507,31 @@ pub fn run(request: &Request) -> Result<(), Failure> {
     if progress {
         eprint!("\r\x1b[K");
     }
+    // Sampling is over: the network may be waited on now, never between samples.
+    let fetches = match Debuginfod::from_env() {
+        Some(client) => {
+            if progress {
+                eprint!("asking debuginfod for the debug files of stripped modules...");
+            }
+            let fetches = session.profiler.fetch_debug_files(&client);
+            if progress {
+                eprint!("\r\x1b[K");
+            }
+            fetches
+        }
+        None => Vec::new(),
+    };
     let profile = session.profiler.profile();
     let folded = FoldedOptions::default().with_by(Some(request.by.clone()));
     write(&profile, format, &folded, &path)?;
-    let summary = summary(&session, &profile, started.elapsed(), &path, format);
+    let mut summary = summary(&session, &profile, started.elapsed(), &path, format);
+    let fetched = fetches.iter().filter(|f| f.outcome.is_ok()).count();
+    if !fetches.is_empty() {
+        summary.push_str(&format!(
+            "debuginfod: {fetched} debug files fetched, {} not\n",
+            fetches.len() - fetched
+        ));
+    }
     if request.quiet || path.as_os_str() == "-" {
         eprint!("{summary}");
         Ok(())
@@ -512,7 +571,7 @@ fn progress_line(session: &Session, started: Instant, request: &Request) -> Stri
     };
     format!(
         "profiling {} ({}): {} {of}, {} samples, {} lost, {} threads",
-        session.reader.pid(),
+        session.pid,
         if session.is_ebpf() { "eBPF" } else { "ptrace" },
         text::duration(started.elapsed().as_nanos() as u64),
         stats.samples,
@@ -580,7 +639,11 @@ fn summary(
     if !failures.is_empty() {
         out.push_str(&format!(" ({})", failures.join(", ")));
     }
+    if session.reader.is_none() {
+        out.push_str(" (the process publishes no thread contexts: its stacks alone)");
+    }
     out.push('\n');
+    out.push_str(&symbols_line(profile));
     for skipped in &stats.skipped_modules {
         out.push_str(&format!("skipped {}: {}\n", skipped.path, skipped.reason));
     }
@@ -591,6 +654,39 @@ fn summary(
     };
     if path.as_os_str() != "-" {
         out.push_str(&format!("{what} written to {}\n", path.display()));
+    }
+    out
+}
+
+/// The profile's symbols in a few lines: distinct frames, those left `[unknown]` by
+/// cause, the perf map read, and each symbol source that failed.
+pub fn symbols_line(profile: &Profile) -> String {
+    let stats = &profile.stats;
+    let mut out = format!(
+        "{} distinct frames, {} left [unknown]",
+        profile.locations.len(),
+        stats.unknown_frame_count()
+    );
+    let causes: Vec<String> = stats
+        .unknown_frames
+        .iter()
+        .map(|(cause, n)| format!("{n} {cause}"))
+        .collect();
+    if !causes.is_empty() {
+        out.push_str(&format!(" ({})", causes.join(", ")));
+    }
+    out.push('\n');
+    if let Some(map) = &stats.perf_map {
+        out.push_str(&format!(
+            "perf map {}: {} functions, {} bad lines skipped\n",
+            map.path, map.symbols, map.bad_lines
+        ));
+    }
+    for problem in &stats.symbol_problems {
+        out.push_str(&format!(
+            "symbols of {} ({}): {}\n",
+            problem.subject, problem.cause, problem.problem
+        ));
     }
     out
 }
