@@ -112,7 +112,7 @@ impl PerfMap {
     /// Parses the lines `input` gives, the first one skipped when it is the end of a
     /// line cut by where reading started.
     fn parse(&mut self, input: &mut impl Read, mut skip_first: bool) -> std::io::Result<()> {
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = vec![0u8; 256 * 1024];
         let mut line: Vec<u8> = Vec::new();
         let mut too_long = false;
         loop {
@@ -121,7 +121,7 @@ impl PerfMap {
                 break;
             }
             let mut rest = &buf[..n];
-            while let Some(at) = rest.iter().position(|&b| b == b'\n') {
+            while let Some(at) = memchr::memchr(b'\n', rest) {
                 let long = too_long || line.len() + at > MAX_LINE;
                 if !long {
                     line.extend_from_slice(&rest[..at]);

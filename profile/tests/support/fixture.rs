@@ -427,9 +427,12 @@ pub struct SymbolsFixture {
 }
 
 impl SymbolsFixture {
-    /// Starts `exe` and waits for its `ready` line.
+    /// Starts `exe` and waits for its `ready` line. It runs at a lower priority (nice
+    /// 10): its six spinning threads must not starve the profiler that samples them.
     pub fn start(exe: &Path) -> Self {
-        let mut child = Command::new(exe)
+        let mut child = Command::new("nice")
+            .args(["-n", "10"])
+            .arg(exe)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -547,13 +550,14 @@ impl Drop for DebuginfodServer {
 }
 
 /// A server that accepts connections and never answers: a debuginfod that hangs.
-/// Runs until the test process exits.
-pub fn silent_server() -> String {
+/// Counts the connections it accepts into `hits`. Runs until the test process exits.
+pub fn silent_server(hits: std::sync::Arc<std::sync::atomic::AtomicU64>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("an address"));
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for stream in listener.incoming().flatten() {
+            hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             // Kept open, never written to.
             held.push(stream);
         }
@@ -562,9 +566,13 @@ pub fn silent_server() -> String {
 }
 
 /// A server that answers every request `200 OK` with a body that never ends (no
-/// length, the connection never closed while the client reads). Runs until the test
-/// process exits; counts the bytes it sent into `sent`.
-pub fn endless_server(sent: std::sync::Arc<std::sync::atomic::AtomicU64>) -> String {
+/// length, the connection never closed while the client reads): as fast as it can, or
+/// 1 KiB every `pause`. Runs until the test process exits; counts the bytes it sent
+/// into `sent`.
+pub fn endless_server(
+    sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pause: Option<Duration>,
+) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("an address"));
     std::thread::spawn(move || {
@@ -574,11 +582,54 @@ pub fn endless_server(sent: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Str
                 let mut request = [0u8; 4096];
                 let _ = stream.read(&mut request);
                 let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
-                let chunk = vec![0x42u8; 64 * 1024];
+                let chunk = vec![0x42u8; if pause.is_some() { 1024 } else { 64 * 1024 }];
                 while stream.write_all(&chunk).is_ok() {
                     sent.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    if let Some(pause) = pause {
+                        std::thread::sleep(pause);
+                    }
                 }
             });
+        }
+    });
+    url
+}
+
+/// A server of `files` (request path to body; anything else is 404), as a debuginfod
+/// answers; counts the requests it gets into `hits`. Runs until the test process exits.
+pub fn file_server(
+    files: std::collections::HashMap<String, Vec<u8>>,
+    hits: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("an address"));
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let line = String::from_utf8_lossy(&request);
+            let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+            let _ = match files.get(&path) {
+                Some(body) => stream
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .and_then(|()| stream.write_all(body)),
+                None => stream.write_all(
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                ),
+            };
         }
     });
     url
