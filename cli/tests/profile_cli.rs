@@ -329,19 +329,28 @@ fn the_demo_service_by_route_and_handler() {
 }
 
 #[test]
-fn a_process_without_thread_contexts_is_said() {
+fn a_process_without_thread_contexts_is_profiled_by_its_stacks() {
     let mut sleeper = Command::new("sleep")
         .arg("30")
         .stdout(Stdio::null())
         .spawn()
         .expect("start sleep");
-    let out = run(&["profile", &sleeper.id().to_string(), "--duration", "1s"]);
+    let dir = scratch("sleeper");
+    let output = dir.join("sleep.folded");
+    let out = run(&[
+        "profile",
+        &sleeper.id().to_string(),
+        "--duration",
+        "1s",
+        "-o",
+        output.to_str().unwrap(),
+    ]);
     let _ = sleeper.kill();
     let _ = sleeper.wait();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("otel_thread_ctx_v1"),
-        "{}",
-        text(&out.stderr)
-    );
+    // A context is a label, not a precondition: the profile is taken and written (a
+    // sleeping process gives no CPU samples), and the summary says why none has one.
+    let said = text(&out.stdout) + &text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("publishes no thread contexts"), "{said}");
+    assert!(output.is_file(), "{said}");
 }

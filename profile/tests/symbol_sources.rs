@@ -14,22 +14,19 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
 
-use otel_ctx_profile::{
-    Debuginfod, DebuginfodOptions, Location, Profile, ProfileOptions, Profiler, SymbolSource,
-    UnknownCause,
-};
+use otel_ctx_profile::{Location, Profile, ProfileOptions, Profiler, SymbolSource, UnknownCause};
 use support::{
-    build_symbols, capture_stacks, endless_server, file_server, out_path, profile_of, replay,
-    silent_server, Capture, SymbolsBuild, SymbolsFixture,
+    build_symbols, capture_stacks, out_path, profile_of, replay, Capture, PerfMapFile,
+    SymbolsBuild, SymbolsFixture,
 };
 
 /// The fixture, built and started once for the tests of this file, which take turns.
 struct Scene {
+    /// Its files (the debug file a debuginfod serves).
+    #[cfg_attr(not(feature = "debuginfod"), allow(dead_code))]
     build: SymbolsBuild,
     fixture: SymbolsFixture,
 }
@@ -40,16 +37,12 @@ fn scene() -> MutexGuard<'static, Scene> {
         .get_or_init(|| {
             let build = build_symbols(&out_path("symbols"));
             let fixture = SymbolsFixture::start(&build.exe);
-            let _ = std::fs::remove_file(perf_map_path(fixture.pid));
+            drop(PerfMapFile::new(fixture.pid));
             Mutex::new(Scene { build, fixture })
         })
         .lock()
         // A test that failed holding it leaves the fixture as it was.
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn perf_map_path(pid: u32) -> String {
-    format!("/tmp/perf-{pid}.map")
 }
 
 /// The stacks of thread `name`, leaf first, with their sample counts.
@@ -189,107 +182,11 @@ fn local_sources_name_libc_the_vdso_and_minidebuginfo() {
 }
 
 #[test]
-fn debuginfod_names_the_stripped_library_and_caches_it() {
-    let scene = scene();
-    let captured = capture(&scene);
-    let id = &scene.build.hidden_build_id;
-    let debug = std::fs::read(scene.build.debuginfod_dir.join("libhidden.debug")).unwrap();
-    let hits = Arc::new(AtomicU64::new(0));
-    let url = file_server(
-        HashMap::from([(format!("/buildid/{id}/debuginfo"), debug)]),
-        hits.clone(),
-    );
-    let cache = out_path("debuginfod-cache");
-    let _ = std::fs::remove_dir_all(&cache);
-    let client = Debuginfod::new(DebuginfodOptions::new(vec![url.clone()], cache.clone()));
-
-    let mut profiler = Profiler::new(captured.pid, ProfileOptions::default());
-    profiler.update_maps(&captured.maps);
-    replay(&mut profiler, &captured.samples);
-    let before = profiler.profile();
-    let hidden_named = |p: &Profile| {
-        stacks(p, "hidden").iter().any(|(s, _)| {
-            s.first()
-                .is_some_and(|l| l.function_name() == "hidden_hidden_work")
-        })
-    };
-    assert!(!hidden_named(&before), "{}", folded(&before));
-
-    let fetches = profiler.fetch_debug_files(&client);
-    assert_eq!(
-        fetches.len(),
-        1,
-        "only the stripped library with a build id: {fetches:?}"
-    );
-    assert!(fetches[0].module.ends_with("/libhidden.so"));
-    assert_eq!(&fetches[0].build_id, id);
-    assert!(
-        matches!(&fetches[0].outcome, Ok(SymbolSource::Debuginfod { url: from, .. }) if *from == url),
-        "{fetches:?}"
-    );
-    assert_eq!(hits.load(Ordering::Relaxed), 1);
-    assert!(cache.join(id).join("debuginfo").is_file());
-
-    let after = profiler.profile();
-    assert!(hidden_named(&after), "{}", folded(&after));
-    let missing = |p: &Profile| {
-        p.stats
-            .unknown_frames
-            .get(&UnknownCause::MissingDebugFile)
-            .copied()
-    };
-    assert!(
-        missing(&after) < missing(&before),
-        "{:?}",
-        after.stats.unknown_frames
-    );
-    assert!(!after
-        .stats
-        .symbol_problems
-        .iter()
-        .any(|p| p.subject.ends_with("/libhidden.so")));
-
-    // Another profiler and client with the same cache: the file is taken from it.
-    let again = Debuginfod::new(DebuginfodOptions::new(vec![url], cache.clone()));
-    let mut second = Profiler::new(captured.pid, ProfileOptions::default());
-    second.update_maps(&captured.maps);
-    replay(&mut second, &captured.samples);
-    let fetches = second.fetch_debug_files(&again);
-    assert!(
-        matches!(&fetches[0].outcome, Ok(SymbolSource::Debuginfod { url, .. }) if url == "cache"),
-        "{fetches:?}"
-    );
-    assert_eq!(hits.load(Ordering::Relaxed), 1, "asked the server again");
-
-    // A build id the server has not: both artifacts asked once, then remembered.
-    let unknown = [0xab; 20];
-    let error = again.fetch(&unknown).unwrap_err();
-    assert!(error.contains("not found"), "{error}");
-    assert_eq!(hits.load(Ordering::Relaxed), 3);
-    let error = again.fetch(&unknown).unwrap_err();
-    assert!(error.contains("remembered miss"), "{error}");
-    assert_eq!(
-        hits.load(Ordering::Relaxed),
-        3,
-        "asked again for a remembered miss"
-    );
-}
-
-/// Removes a perf map when dropped.
-struct PerfMapFile(String);
-
-impl Drop for PerfMapFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-#[test]
 fn perf_maps_name_jit_code_and_hostile_ones_are_bounded() {
     let scene = scene();
     let captured = capture(&scene);
     let jit = scene.fixture.jit;
-    let file = PerfMapFile(perf_map_path(captured.pid));
+    let file = PerfMapFile::new(captured.pid);
     let mut profiler = Profiler::new(captured.pid, ProfileOptions::default());
     profiler.update_maps(&captured.maps);
     replay(&mut profiler, &captured.samples);
@@ -317,17 +214,7 @@ fn perf_maps_name_jit_code_and_hostile_ones_are_bounded() {
     assert_eq!(map.path, file.0);
 
     // 1 GiB (sparse): its last 64 MiB read (the newest lines), said, bounded.
-    let tail = format!("\n{jit:x} 6 jit_spin_late\n");
-    {
-        use std::io::Write;
-        let f = std::fs::File::create(&file.0).unwrap();
-        f.set_len((1 << 30) - tail.len() as u64).unwrap();
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&file.0)
-            .unwrap();
-        f.write_all(tail.as_bytes()).unwrap();
-    }
+    file.write_sparse(1 << 30, &format!("{jit:x} 6 jit_spin_late"));
     let started = Instant::now();
     let profile = profiler.profile();
     let took = started.elapsed();
@@ -352,8 +239,7 @@ fn perf_maps_name_jit_code_and_hostile_ones_are_bounded() {
     eprintln!("a 1 GiB perf map: profile made in {took:?}");
 
     // A FIFO: refused without being opened for reading (which would block).
-    std::fs::remove_file(&file.0).unwrap();
-    support::tool(std::path::Path::new("/"), "mkfifo", &[&file.0]);
+    file.make_fifo();
     let started = Instant::now();
     let profile = profiler.profile();
     eprintln!("a FIFO perf map: profile made in {:?}", started.elapsed());
@@ -369,55 +255,162 @@ fn perf_maps_name_jit_code_and_hostile_ones_are_bounded() {
     assert!(profile.stats.unknown_frames.get(&UnknownCause::NoSymbols) >= Some(&1));
 }
 
-#[test]
-fn debuginfod_client_bounded_against_hostile_servers() {
-    let cache = out_path("debuginfod-hostile");
-    let _ = std::fs::remove_dir_all(&cache);
+/// debuginfod (the crate's feature `debuginfod`): a local server's debug file, and the
+/// client's bounds.
+#[cfg(feature = "debuginfod")]
+mod debuginfod {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
 
-    // A server that accepts and stays silent: the timeout, once per client.
-    let silent_hits = Arc::new(AtomicU64::new(0));
-    let silent = silent_server(silent_hits.clone());
-    let client = Debuginfod::new(
-        DebuginfodOptions::new(vec![silent], cache.clone()).with_timeout(Duration::from_secs(1)),
-    );
-    let started = Instant::now();
-    let error = client.fetch(&[1; 20]).unwrap_err();
-    eprintln!("a silent debuginfod: given up in {:?}", started.elapsed());
-    assert!(error.contains("DEBUGINFOD_TIMEOUT"), "{error}");
-    let error = client.fetch(&[2; 20]).unwrap_err();
-    assert!(error.contains("failed before"), "{error}");
-    assert_eq!(silent_hits.load(Ordering::Relaxed), 1);
-    // Not a "not found": nothing remembered in the cache.
-    assert!(!cache
-        .join(otel_ctx_codec::hex::encode(&[1; 20]))
-        .join("debuginfo")
-        .exists());
+    use otel_ctx_profile::{
+        Debuginfod, DebuginfodOptions, Profile, ProfileOptions, Profiler, SymbolSource,
+        UnknownCause,
+    };
 
-    // A body that never ends: stopped at the byte bound, nothing left in the cache.
-    let sent = Arc::new(AtomicU64::new(0));
-    let endless = endless_server(sent.clone(), None);
-    let client = Debuginfod::new(
-        DebuginfodOptions::new(vec![endless.clone()], cache.clone()).with_max_bytes(4 << 20),
-    );
-    let started = Instant::now();
-    let error = client.fetch(&[3; 20]).unwrap_err();
-    eprintln!(
-        "an endless debuginfod body: stopped in {:?} after {} MiB sent",
-        started.elapsed(),
-        sent.load(Ordering::Relaxed) >> 20
-    );
-    assert!(error.contains("DEBUGINFOD_MAXSIZE"), "{error}");
-    let dir = cache.join(otel_ctx_codec::hex::encode(&[3; 20]));
-    let left: Vec<_> = std::fs::read_dir(&dir)
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
-    assert!(left.is_empty(), "{left:?}");
+    use super::support::{endless_server, file_server, out_path, replay, silent_server};
+    use super::{capture, folded, scene, stacks};
 
-    // A body that trickles on: stopped at the time bound.
-    let trickle = endless_server(sent, Some(Duration::from_millis(50)));
-    let client = Debuginfod::new(
-        DebuginfodOptions::new(vec![trickle], cache.clone()).with_max_time(Duration::from_secs(1)),
-    );
-    let error = client.fetch(&[4; 20]).unwrap_err();
-    assert!(error.contains("DEBUGINFOD_MAXTIME"), "{error}");
+    #[test]
+    fn debuginfod_names_the_stripped_library_and_caches_it() {
+        let scene = scene();
+        let captured = capture(&scene);
+        let id = &scene.build.hidden_build_id;
+        let debug = std::fs::read(scene.build.debuginfod_dir.join("libhidden.debug")).unwrap();
+        let hits = Arc::new(AtomicU64::new(0));
+        let url = file_server(
+            HashMap::from([(format!("/buildid/{id}/debuginfo"), debug)]),
+            hits.clone(),
+        );
+        let cache = out_path("debuginfod-cache");
+        let _ = std::fs::remove_dir_all(&cache);
+        let client = Debuginfod::new(DebuginfodOptions::new(vec![url.clone()], cache.clone()));
+
+        let mut profiler = Profiler::new(captured.pid, ProfileOptions::default());
+        profiler.update_maps(&captured.maps);
+        replay(&mut profiler, &captured.samples);
+        let before = profiler.profile();
+        let hidden_named = |p: &Profile| {
+            stacks(p, "hidden").iter().any(|(s, _)| {
+                s.first()
+                    .is_some_and(|l| l.function_name() == "hidden_hidden_work")
+            })
+        };
+        assert!(!hidden_named(&before), "{}", folded(&before));
+
+        let fetches = profiler.fetch_debug_files(&client);
+        assert_eq!(
+            fetches.len(),
+            1,
+            "only the stripped library with a build id: {fetches:?}"
+        );
+        assert!(fetches[0].module.ends_with("/libhidden.so"));
+        assert_eq!(&fetches[0].build_id, id);
+        assert!(
+            matches!(&fetches[0].outcome, Ok(SymbolSource::Debuginfod { url: from, .. }) if *from == url),
+            "{fetches:?}"
+        );
+        assert_eq!(hits.load(Ordering::Relaxed), 1);
+        assert!(cache.join(id).join("debuginfo").is_file());
+
+        let after = profiler.profile();
+        assert!(hidden_named(&after), "{}", folded(&after));
+        let missing = |p: &Profile| {
+            p.stats
+                .unknown_frames
+                .get(&UnknownCause::MissingDebugFile)
+                .copied()
+        };
+        assert!(
+            missing(&after) < missing(&before),
+            "{:?}",
+            after.stats.unknown_frames
+        );
+        assert!(!after
+            .stats
+            .symbol_problems
+            .iter()
+            .any(|p| p.subject.ends_with("/libhidden.so")));
+
+        // Another profiler and client with the same cache: the file is taken from it.
+        let again = Debuginfod::new(DebuginfodOptions::new(vec![url], cache.clone()));
+        let mut second = Profiler::new(captured.pid, ProfileOptions::default());
+        second.update_maps(&captured.maps);
+        replay(&mut second, &captured.samples);
+        let fetches = second.fetch_debug_files(&again);
+        assert!(
+            matches!(&fetches[0].outcome, Ok(SymbolSource::Debuginfod { url, .. }) if url == "cache"),
+            "{fetches:?}"
+        );
+        assert_eq!(hits.load(Ordering::Relaxed), 1, "asked the server again");
+
+        // A build id the server has not: both artifacts asked once, then remembered.
+        let unknown = [0xab; 20];
+        let error = again.fetch(&unknown).unwrap_err();
+        assert!(error.contains("not found"), "{error}");
+        assert_eq!(hits.load(Ordering::Relaxed), 3);
+        let error = again.fetch(&unknown).unwrap_err();
+        assert!(error.contains("remembered miss"), "{error}");
+        assert_eq!(
+            hits.load(Ordering::Relaxed),
+            3,
+            "asked again for a remembered miss"
+        );
+    }
+
+    #[test]
+    fn debuginfod_client_bounded_against_hostile_servers() {
+        let cache = out_path("debuginfod-hostile");
+        let _ = std::fs::remove_dir_all(&cache);
+
+        // A server that accepts and stays silent: the timeout, once per client.
+        let silent_hits = Arc::new(AtomicU64::new(0));
+        let silent = silent_server(silent_hits.clone());
+        let client = Debuginfod::new(
+            DebuginfodOptions::new(vec![silent], cache.clone())
+                .with_timeout(Duration::from_secs(1)),
+        );
+        let started = Instant::now();
+        let error = client.fetch(&[1; 20]).unwrap_err();
+        eprintln!("a silent debuginfod: given up in {:?}", started.elapsed());
+        assert!(error.contains("DEBUGINFOD_TIMEOUT"), "{error}");
+        let error = client.fetch(&[2; 20]).unwrap_err();
+        assert!(error.contains("failed before"), "{error}");
+        assert_eq!(silent_hits.load(Ordering::Relaxed), 1);
+        // Not a "not found": nothing remembered in the cache.
+        assert!(!cache
+            .join(otel_ctx_codec::hex::encode(&[1; 20]))
+            .join("debuginfo")
+            .exists());
+
+        // A body that never ends: stopped at the byte bound, nothing left in the cache.
+        let sent = Arc::new(AtomicU64::new(0));
+        let endless = endless_server(sent.clone(), None);
+        let client = Debuginfod::new(
+            DebuginfodOptions::new(vec![endless.clone()], cache.clone()).with_max_bytes(4 << 20),
+        );
+        let started = Instant::now();
+        let error = client.fetch(&[3; 20]).unwrap_err();
+        eprintln!(
+            "an endless debuginfod body: stopped in {:?} after {} MiB sent",
+            started.elapsed(),
+            sent.load(Ordering::Relaxed) >> 20
+        );
+        assert!(error.contains("DEBUGINFOD_MAXSIZE"), "{error}");
+        let dir = cache.join(otel_ctx_codec::hex::encode(&[3; 20]));
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{left:?}");
+
+        // A body that trickles on: stopped at the time bound.
+        let trickle = endless_server(sent, Some(Duration::from_millis(50)));
+        let client = Debuginfod::new(
+            DebuginfodOptions::new(vec![trickle], cache.clone())
+                .with_max_time(Duration::from_secs(1)),
+        );
+        let error = client.fetch(&[4; 20]).unwrap_err();
+        assert!(error.contains("DEBUGINFOD_MAXTIME"), "{error}");
+    }
 }

@@ -528,8 +528,9 @@ pub fn run(request: &Request) -> Result<(), Failure> {
     let fetched = fetches.iter().filter(|f| f.outcome.is_ok()).count();
     if !fetches.is_empty() {
         summary.push_str(&format!(
-            "debuginfod: {fetched} debug files fetched, {} not\n",
-            fetches.len() - fetched
+            "debuginfod: {fetched} of {} debug {} fetched\n",
+            fetches.len(),
+            if fetches.len() == 1 { "file" } else { "files" }
         ));
     }
     if request.quiet || path.as_os_str() == "-" {

@@ -479,6 +479,31 @@ impl Profiler {
     }
 }
 
+impl ModuleData {
+    /// Whether its names lack what a debug file would give: for a debuginfod
+    /// request. With `lines`, DWARF is wanted too.
+    pub fn wants_names(&self, lines: bool) -> bool {
+        let names = self.names.borrow();
+        !names.full || (lines && names.dwarf.is_none())
+    }
+
+    /// Adds the names of a source found after the module was read (debuginfod), and
+    /// forgets the addresses symbolized without them.
+    pub fn complete(&self, found: DebugNames) {
+        self.names.borrow_mut().absorb(found);
+        self.symbolized.borrow_mut().clear();
+    }
+
+    /// Records that a source asked after the module was read (debuginfod) failed, if
+    /// the module still has no full table.
+    pub fn record_missing(&self, missing: Missing) {
+        let mut names = self.names.borrow_mut();
+        if !names.full {
+            names.missing = Some(missing);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -486,9 +486,9 @@ pub fn http_status(port: u16, path: &str) -> Option<u16> {
     std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
 }
 
-/// Debian's debuginfod serving `dir` (`-F`), on a free port, its database in `db`. It
-/// stops when this is dropped or the test process exits (a shell waits on its stdin,
-/// then stops it).
+/// Debian's debuginfod serving `dir` (`-F`), on a free port, its database and log in
+/// `state` (a folder made anew). It stops when this is dropped or the test process
+/// exits: a shell runs it, and stops it once its own stdin closes.
 pub struct DebuginfodServer {
     child: Child,
     stdin: Option<ChildStdin>,
@@ -508,14 +508,19 @@ pub fn debuginfod_installed() -> bool {
 
 impl DebuginfodServer {
     /// Starts it and waits until it serves `build_id`'s debug file (at most 120 s).
-    pub fn start(dir: &Path, db: &Path, build_id: &str) -> Self {
+    pub fn start(dir: &Path, state: &Path, build_id: &str) -> Self {
+        let _ = std::fs::remove_dir_all(state);
+        std::fs::create_dir_all(state).expect("a folder for debuginfod");
+        let log = state.join("debuginfod.log");
         let port = free_port();
-        let _ = std::fs::remove_file(db);
+        // The shell ends with the server; the server ends when the shell's stdin does
+        // (read through fd 3: an asynchronous list's own stdin is /dev/null).
         let command = format!(
-            "debuginfod -F -p {port} -d '{}' --disable-source-scan -t 0 -g 0 '{}' \
-             >/dev/null 2>&1 & server=$!; cat >/dev/null; kill $server",
-            db.display(),
-            dir.display()
+            "exec 3<&0; debuginfod -F -p {port} -d '{}' --disable-source-scan -t 0 -g 0 '{}' \
+             >'{}' 2>&1 & server=$!; {{ cat <&3 >/dev/null; kill $server; }} & wait $server",
+            state.join("db.sqlite").display(),
+            dir.display(),
+            log.display()
         );
         let mut child = Command::new("sh")
             .args(["-c", &command])
@@ -527,9 +532,14 @@ impl DebuginfodServer {
         let started = Instant::now();
         let path = format!("/buildid/{build_id}/debuginfo");
         while http_status(port, &path) != Some(200) {
+            let log = || std::fs::read_to_string(&log).unwrap_or_default();
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("debuginfod exited ({status}):\n{}", log());
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(120),
-                "debuginfod did not serve {path} within 120 s"
+                "debuginfod did not serve {path} within 120 s:\n{}",
+                log()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -633,4 +643,38 @@ pub fn file_server(
         }
     });
     url
+}
+
+/// A process's perf map, `/tmp/perf-<pid>.map`, as a test writes it; removed on drop.
+pub struct PerfMapFile(pub String);
+
+impl PerfMapFile {
+    /// The perf map of process `pid` (not written yet).
+    pub fn new(pid: u32) -> Self {
+        Self(format!("/tmp/perf-{pid}.map"))
+    }
+
+    /// A sparse file of `size` bytes whose only line, `line`, is at its very end.
+    pub fn write_sparse(&self, size: u64, line: &str) {
+        let tail = format!("\n{line}\n");
+        let file = std::fs::File::create(&self.0).expect("create the perf map");
+        file.set_len(size - tail.len() as u64).expect("size it");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.0)
+            .and_then(|mut f| f.write_all(tail.as_bytes()))
+            .expect("end it");
+    }
+
+    /// A FIFO in its place.
+    pub fn make_fifo(&self) {
+        let _ = std::fs::remove_file(&self.0);
+        tool(Path::new("/"), "mkfifo", &[&self.0]);
+    }
+}
+
+impl Drop for PerfMapFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
