@@ -35,8 +35,16 @@
 //!   nanoseconds, within [`Limits`].
 //! - **Symbols** ([`Profiler::profile`]): ELF symbol tables and DWARF (inlined frames,
 //!   file:line with [`ProfileOptions::lines`]), Rust and C++ names demangled, cached per
-//!   module. An address nothing names is `[unknown] <module>+0x<file offset>`, one in
-//!   no module `[unknown] 0x<address>`.
+//!   module. A stripped module's names come from its [`SymbolSource`]s, tried when it is
+//!   read: a separate debug file by build id (`/usr/lib/debug/.build-id/`, in the
+//!   target's root, then the host's), its `.gnu_debuglink` (the CRC checked), its
+//!   MiniDebugInfo (`.gnu_debugdata`); with the feature `debuginfod`, a
+//!   `Debuginfod` server's, fetched by `Profiler::fetch_debug_files` once sampling
+//!   is over. The vDSO is read from the target's memory (symbols and CFI), and code in
+//!   no module is named by the target's perf map (`/tmp/perf-<pid>.map`), read when the
+//!   profile is made. An address nothing names is `[unknown] <module>+0x<file offset>`,
+//!   one in no module `[unknown] 0x<address>`, counted by [`UnknownCause`]
+//!   ([`Stats::unknown_frames`]).
 //! - **Writers** ([`Profile`]): [`write_pprof`](Profile::write_pprof) (gzipped
 //!   `profile.proto`), [`write_folded`](Profile::write_folded) (flamegraph.pl's text),
 //!   [`write_svg`](Profile::write_svg) (inferno's flame graph), and
@@ -45,9 +53,11 @@
 //!
 //! Why addr2line and object rather than blazesym: blazesym opens and maps the paths it
 //! is given, and follows debug links into this process's file system. Here every byte
-//! of a target's file is read through the reader's safe open and budgeted `pread`, and
-//! addr2line and object parse those bytes as they are, with no file access of their own.
-//! Debug links and separate debug files are not followed.
+//! of a target's file, and of every file it names (debug files, perf maps), is read
+//! through the reader's safe open and budgeted `pread`, resolved inside the target's
+//! root; addr2line and object parse those bytes as they are, with no file access of
+//! their own. The sources are shaped as blazesym's: one [`SymbolSource`] per origin of
+//! bytes.
 //!
 //! A [`Profiler`] and its [`ModuleCache`] live on one thread (the caches are not
 //! shared between threads).

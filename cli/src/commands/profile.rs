@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use otel_ctx_profile::{
-    Debuginfod, Filter, FoldedOptions, Profile, ProfileOptions, Profiler, Sample,
+    Debuginfod, DebuginfodFetch, Filter, FoldedOptions, Profile, ProfileOptions, Profiler, Sample,
 };
 use otel_ctx_reader::{
     ProcessContextReader, ProcessMaps, ReaderOptions, RecordBuffer, SampleError, StackBuffer,
@@ -524,15 +524,14 @@ pub fn run(request: &Request) -> Result<(), Failure> {
     let profile = session.profiler.profile();
     let folded = FoldedOptions::default().with_by(Some(request.by.clone()));
     write(&profile, format, &folded, &path)?;
-    let mut summary = summary(&session, &profile, started.elapsed(), &path, format);
-    let fetched = fetches.iter().filter(|f| f.outcome.is_ok()).count();
-    if !fetches.is_empty() {
-        summary.push_str(&format!(
-            "debuginfod: {fetched} of {} debug {} fetched\n",
-            fetches.len(),
-            if fetches.len() == 1 { "file" } else { "files" }
-        ));
-    }
+    let summary = summary(
+        &session,
+        &profile,
+        &fetches,
+        started.elapsed(),
+        &path,
+        format,
+    );
     if request.quiet || path.as_os_str() == "-" {
         eprint!("{summary}");
         Ok(())
@@ -612,6 +611,7 @@ pub fn write(
 fn summary(
     session: &Session,
     profile: &Profile,
+    fetches: &[DebuginfodFetch],
     elapsed: Duration,
     path: &Path,
     format: Format,
@@ -644,7 +644,18 @@ fn summary(
         out.push_str(" (the process publishes no thread contexts: its stacks alone)");
     }
     out.push('\n');
-    out.push_str(&symbols_line(profile));
+    out.push_str(&symbols_lines(profile));
+    if !fetches.is_empty() {
+        let fetched = fetches.iter().filter(|f| f.outcome.is_ok()).count();
+        out.push_str(&format!(
+            "debuginfod: {fetched} of {}\n",
+            plural(
+                fetches.len() as u64,
+                "debug file fetched",
+                "debug files fetched"
+            )
+        ));
+    }
     for skipped in &stats.skipped_modules {
         out.push_str(&format!("skipped {}: {}\n", skipped.path, skipped.reason));
     }
@@ -659,9 +670,14 @@ fn summary(
     out
 }
 
+/// `n` and the noun that goes with it.
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// The profile's symbols in a few lines: distinct frames, those left `[unknown]` by
 /// cause, the perf map read, and each symbol source that failed.
-pub fn symbols_line(profile: &Profile) -> String {
+fn symbols_lines(profile: &Profile) -> String {
     let stats = &profile.stats;
     let mut out = format!(
         "{} distinct frames, {} left [unknown]",
@@ -679,8 +695,10 @@ pub fn symbols_line(profile: &Profile) -> String {
     out.push('\n');
     if let Some(map) = &stats.perf_map {
         out.push_str(&format!(
-            "perf map {}: {} functions, {} bad lines skipped\n",
-            map.path, map.symbols, map.bad_lines
+            "perf map {}: {}, {} skipped\n",
+            map.path,
+            plural(map.symbols as u64, "function", "functions"),
+            plural(map.bad_lines, "bad line", "bad lines")
         ));
     }
     for problem in &stats.symbol_problems {
