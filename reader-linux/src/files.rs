@@ -25,10 +25,15 @@
 //! kernel resolving inside the root: a symlink cannot be followed safely in user space
 //! while the target can change it.
 //!
+//! The files a target names without mapping them (a separate debug file, a perf map in
+//! its `/tmp`) are opened by [`open_in`], in the target's root or the host's: the same
+//! `O_PATH` open resolved inside the root, the same `fstat`, without a mapping's device
+//! and inode to compare.
+//!
 //! Reading is bounded too: [`BudgetedFile`] gives a parser at most
 //! [`FileBudget::max_bytes`] bytes and [`FileBudget::max_time`] of reading per file, and
 //! reads with `pread`, never `mmap` (a file truncated under a mapping would kill the
-//! reader with `SIGBUS`).
+//! reader with `SIGBUS`); [`BudgetedReader`] streams one under the same bounds.
 
 use std::cell::Cell;
 use std::fmt;
