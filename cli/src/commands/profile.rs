@@ -1,8 +1,9 @@
 //! `otel-ctx profile <pid>`: a CPU profile of one process by trace and route. Every sample
-//! is a thread's user registers and the top of its stack, with its thread context; the
-//! stacks are unwound (DWARF CFI, frame pointers) and symbolized in user space by
-//! `otel-ctx-profile`, and the profile is written as pprof, folded text or an SVG flame
-//! graph.
+//! is a thread's user registers and the top of its stack, with its thread context (a
+//! process that publishes none is profiled by its stacks alone); the stacks are unwound
+//! (DWARF CFI, frame pointers) and symbolized in user space by `otel-ctx-profile` (with
+//! debuginfod, once sampling is over, when `DEBUGINFOD_URLS` is set), and the profile is
+//! written as pprof, folded text or an SVG flame graph.
 //!
 //! Samples come from the eBPF sampler (a CPU-clock tick on every CPU: threads are sampled
 //! while they run) in a build with the `ebpf` feature, or with `--ptrace` (or when BPF
