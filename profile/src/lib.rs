@@ -35,8 +35,16 @@
 //!   nanoseconds, within [`Limits`].
 //! - **Symbols** ([`Profiler::profile`]): ELF symbol tables and DWARF (inlined frames,
 //!   file:line with [`ProfileOptions::lines`]), Rust and C++ names demangled, cached per
-//!   module. An address nothing names is `[unknown] <module>+0x<file offset>`, one in
-//!   no module `[unknown] 0x<address>`.
+//!   module. A stripped module's names come from its [`SymbolSource`]s, tried when it is
+//!   read: a separate debug file by build id (`/usr/lib/debug/.build-id/`, in the
+//!   target's root, then the host's), its `.gnu_debuglink` (the CRC checked), its
+//!   MiniDebugInfo (`.gnu_debugdata`); with the feature `debuginfod`, a
+//!   `Debuginfod` server's, fetched by `Profiler::fetch_debug_files` once sampling
+//!   is over. The vDSO is read from the target's memory (symbols and CFI), and code in
+//!   no module is named by the target's perf map (`/tmp/perf-<pid>.map`), read when the
+//!   profile is made. An address nothing names is `[unknown] <module>+0x<file offset>`,
+//!   one in no module `[unknown] 0x<address>`, counted by [`UnknownCause`]
+//!   ([`Stats::unknown_frames`]).
 //! - **Writers** ([`Profile`]): [`write_pprof`](Profile::write_pprof) (gzipped
 //!   `profile.proto`), [`write_folded`](Profile::write_folded) (flamegraph.pl's text),
 //!   [`write_svg`](Profile::write_svg) (inferno's flame graph), and
@@ -49,9 +57,11 @@
 //!
 //! Why addr2line and object rather than blazesym: blazesym opens and maps the paths it
 //! is given, and follows debug links into this process's file system. Here every byte
-//! of a target's file is read through the reader's safe open and budgeted `pread`, and
-//! addr2line and object parse those bytes as they are, with no file access of their own.
-//! Debug links and separate debug files are not followed.
+//! of a target's file, and of every file it names (debug files, perf maps), is read
+//! through the reader's safe open and budgeted `pread`, resolved inside the target's
+//! root; addr2line and object parse those bytes as they are, with no file access of
+//! their own. The sources are shaped as blazesym's: one [`SymbolSource`] per origin of
+//! bytes.
 //!
 //! A [`Profiler`] and its [`ModuleCache`] live on one thread (the caches are not
 //! shared between threads).
@@ -59,6 +69,8 @@
 #![forbid(unsafe_code)]
 
 mod aggregate;
+mod assemble;
+mod elf;
 #[cfg(feature = "http")]
 pub mod export;
 mod folded;
@@ -69,6 +81,7 @@ mod pprof;
 mod profile;
 mod sample;
 mod session;
+mod source;
 mod symbolize;
 mod unwind;
 
@@ -76,7 +89,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Instant, SystemTime};
 
-use otel_ctx_reader::maps::MappedFile;
+use otel_ctx_reader::maps::{FileRange, MappedFile};
 use otel_ctx_reader::process::OwnedKeyValue;
 use otel_ctx_reader::{ProcessMaps, Snapshot, UserRegisters};
 
@@ -92,12 +105,19 @@ pub use sample::{
 pub use session::{
     FleetCounts, FleetOptions, FleetProfiler, Member, ProcessProfiler, SessionOptions,
 };
+#[cfg(feature = "debuginfod")]
+pub use source::debuginfod::{Debuginfod, DebuginfodFetch, DebuginfodOptions, Fetched};
+pub use source::perf_map::PerfMapStats;
+pub use source::{SymbolProblem, SymbolSource, UnknownCause};
 pub use symbolize::Symbol;
 pub use unwind::{Arch, Frame, UnwindEnd};
 
 use aggregate::{Aggregate, StackFrame, NO_MAPPING};
 use module::{LoadOptions, ModuleData, SkipReason};
 use unwind::Walker;
+
+/// The path the vDSO's mapping is shown with.
+const VDSO_PATH: &str = "[vdso]";
 
 /// A file mapping frames can refer to; kept for the whole profile even when the file
 /// is unmapped, so that its frames can still be named.
@@ -129,6 +149,8 @@ pub struct Profiler {
     resource: Vec<(String, String)>,
     resource_attributes: Vec<OwnedKeyValue>,
     service_name: Option<String>,
+    /// The process's pid in its own pid namespace, which names its perf map.
+    nspid: u32,
     aggregate: Aggregate,
     stats: Stats,
     frames: Vec<Frame>,
@@ -160,6 +182,12 @@ impl Profiler {
             resource: Vec::new(),
             resource_attributes: Vec::new(),
             service_name: None,
+            // In its own pid namespace: a process in a container names its perf map with
+            // that pid.
+            nspid: otel_ctx_reader::procfs::status(&pid.to_string())
+                .ok()
+                .and_then(|status| status.ns_pid())
+                .unwrap_or(pid),
             stats: Stats::default(),
             frames: Vec::new(),
             stack: Vec::new(),
@@ -196,14 +224,33 @@ impl Profiler {
         self.walker.clear();
         self.ranges.clear();
         self.skipped.clear();
-        for file in maps.files.iter().filter(|f| f.is_executable()) {
-            let known = self
-                .known
-                .entry((file.dev, file.inode))
-                .or_insert_with(|| self.cache.module(maps.pid, file, &load));
+        let vdso = maps.vdso.as_ref().map(|range| MappedFile {
+            path: VDSO_PATH.to_owned(),
+            deleted: false,
+            dev: 0,
+            inode: 0,
+            ranges: vec![FileRange {
+                start: range.start,
+                end: range.end,
+                offset: 0,
+                perms: *b"r-xp",
+            }],
+        });
+        for file in maps
+            .files
+            .iter()
+            .filter(|f| f.is_executable())
+            .chain(vdso.as_ref())
+        {
+            let known = self.known.entry((file.dev, file.inode)).or_insert_with(|| {
+                match file.path == VDSO_PATH && file.dev == 0 {
+                    true => self.cache.vdso(maps.pid, file),
+                    false => self.cache.module(maps.pid, file, &load),
+                }
+            });
             let (module, bias) = match &*known {
                 Ok(module) if module.arch != self.options.arch => (
-                    Err(SkipReason(format!(
+                    Err(SkipReason::new(format!(
                         "built for {}, the profile unwinds {}",
                         module.arch.name(),
                         self.options.arch.name()
@@ -213,8 +260,8 @@ impl Profiler {
                 Ok(module) => match module.bias(&file.ranges) {
                     Some(bias) => (Ok(module.clone()), bias),
                     None => (
-                        Err(SkipReason(
-                            "no executable mapping lines up with its program headers".into(),
+                        Err(SkipReason::new(
+                            "no executable mapping lines up with its program headers",
                         )),
                         0,
                     ),
@@ -224,7 +271,7 @@ impl Profiler {
             if let Err(reason) = &module {
                 self.skipped.push(SkippedModule {
                     path: file.path.clone(),
-                    reason: reason.0.clone(),
+                    reason: reason.text.clone(),
                 });
             }
             self.add_ranges(file, &module, bias);
@@ -418,156 +465,6 @@ impl Profiler {
         self.stats = Stats::default();
         self.started = SystemTime::now();
         self.started_at = Instant::now();
-    }
-
-    /// The profile so far: every distinct frame symbolized, every label spelled out.
-    pub fn profile(&self) -> Profile {
-        let mut mappings = Vec::new();
-        let mut mapping_index: HashMap<u32, usize> = HashMap::new();
-        let mut locations = Vec::new();
-        let mut location_index: HashMap<StackFrame, usize> = HashMap::new();
-        let mut stacks = Vec::new();
-        let mut stack_index: HashMap<u32, usize> = HashMap::new();
-        let mut label_sets = Vec::new();
-        let mut label_index: HashMap<u32, usize> = HashMap::new();
-        let mut entries = Vec::new();
-        for ((stack_id, labels_id), counts) in self.aggregate.entries() {
-            let stack = match stack_index.get(&stack_id) {
-                Some(&at) => at,
-                None => {
-                    let mut ids = Vec::new();
-                    for frame in self.aggregate.stack(stack_id) {
-                        let at = match location_index.get(frame) {
-                            Some(&at) => at,
-                            None => {
-                                let mapping = self.profile_mapping(
-                                    frame.mapping,
-                                    &mut mappings,
-                                    &mut mapping_index,
-                                );
-                                locations.push(self.location(frame, mapping, &mappings));
-                                location_index.insert(*frame, locations.len() - 1);
-                                locations.len() - 1
-                            }
-                        };
-                        ids.push(at);
-                    }
-                    stacks.push(ids);
-                    stack_index.insert(stack_id, stacks.len() - 1);
-                    stacks.len() - 1
-                }
-            };
-            let labels = *label_index.entry(labels_id).or_insert_with(|| {
-                label_sets.push(self.label_set(labels_id));
-                label_sets.len() - 1
-            });
-            entries.push(Entry {
-                stack: Some(stack),
-                labels,
-                samples: counts.samples,
-                nanos: counts.nanos,
-            });
-        }
-        if self.aggregate.overflow.samples > 0 {
-            label_sets.push(LabelSet {
-                has_context: false,
-                labels: Vec::new(),
-            });
-            entries.push(Entry {
-                stack: None,
-                labels: label_sets.len() - 1,
-                samples: self.aggregate.overflow.samples,
-                nanos: self.aggregate.overflow.nanos,
-            });
-        }
-        Profile {
-            pid: self.pid,
-            service_name: self.service_name.clone(),
-            resource: self.resource.clone(),
-            resource_attributes: self.resource_attributes.clone(),
-            period_ns: self.options.period_ns,
-            start: self.started,
-            duration: self.started_at.elapsed(),
-            mappings,
-            locations,
-            stacks,
-            label_sets,
-            entries,
-            stats: self.stats(),
-        }
-    }
-
-    fn profile_mapping(
-        &self,
-        id: u32,
-        mappings: &mut Vec<Mapping>,
-        index: &mut HashMap<u32, usize>,
-    ) -> Option<usize> {
-        if let Some(&at) = index.get(&id) {
-            return Some(at);
-        }
-        let record = self.mappings.get(id as usize)?;
-        let (build_id, symbolized, debug_info, note) = match &record.module {
-            Ok(m) => (
-                m.build_id.as_deref().map(hex),
-                true,
-                m.dwarf.is_some(),
-                m.dwarf_note.clone(),
-            ),
-            Err(reason) => (None, false, false, Some(reason.0.clone())),
-        };
-        mappings.push(Mapping {
-            path: record.path.clone(),
-            start: record.start,
-            end: record.end,
-            offset: record.offset,
-            build_id,
-            symbolized,
-            debug_info,
-            note,
-        });
-        index.insert(id, mappings.len() - 1);
-        Some(mappings.len() - 1)
-    }
-
-    fn location(
-        &self,
-        frame: &StackFrame,
-        mapping: Option<usize>,
-        mappings: &[Mapping],
-    ) -> Location {
-        let address = frame.frame.address;
-        let unknown = match mapping.map(|at| &mappings[at]) {
-            Some(m) => {
-                let offset = address.wrapping_sub(m.start).wrapping_add(m.offset);
-                format!("[unknown] {}+{offset:#x}", m.basename())
-            }
-            None => format!("[unknown] {address:#x}"),
-        };
-        Location {
-            mapping,
-            address,
-            symbols: self.symbolize_in(frame.mapping, frame.frame).to_vec(),
-            unknown,
-        }
-    }
-
-    fn label_set(&self, id: u32) -> LabelSet {
-        let ids = self.aggregate.label_set(id);
-        let has_context = ids.first().is_some_and(|&(flag, _)| flag == 1);
-        LabelSet {
-            has_context,
-            labels: ids
-                .iter()
-                .skip(1)
-                .map(|&(k, v)| {
-                    (
-                        self.aggregate.string(k).to_owned(),
-                        self.aggregate.string(v).to_owned(),
-                    )
-                })
-                .collect(),
-        }
     }
 }
 

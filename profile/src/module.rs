@@ -12,26 +12,37 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
-use std::io::Read;
 use std::ops::{Deref, Range};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use object::elf::{EM_AARCH64, EM_X86_64, NT_GNU_BUILD_ID, PF_X, PT_LOAD, PT_NOTE};
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
-use object::{CompressionFormat, Endianness, Object, ObjectSection};
 use otel_ctx_reader::files::{open_mapped, BoundedRead, BudgetedFile, FileBudget};
 use otel_ctx_reader::maps::{FileRange, MappedFile};
 
+use crate::elf::{self, Elf, Head};
+use crate::source::{self, DebugNames, Lookup, Missing, SymbolSource, UnknownCause};
 use crate::symbolize::{Symbol, SymbolTable};
 use crate::{hex, Arch};
 
 /// The gimli reader of a module's DWARF: section bytes owned by the module.
 pub(crate) type DwarfReader = gimli::EndianArcSlice<gimli::LittleEndian>;
 
+/// A module's DWARF, ready to look addresses up in.
+pub(crate) type DwarfContext = addr2line::Context<DwarfReader>;
+
 /// Section bytes owned by a module and shared, without copying, with the unwinder.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Bytes(Arc<[u8]>);
+
+impl Bytes {
+    pub fn new(bytes: Arc<[u8]>) -> Self {
+        Self(bytes)
+    }
+
+    pub fn into_arc(self) -> Arc<[u8]> {
+        self.0
+    }
+}
 
 impl Deref for Bytes {
     type Target = [u8];
@@ -85,11 +96,11 @@ pub(crate) struct UnwindSections {
 
 impl UnwindSections {
     /// The sections, less an `.eh_frame_hdr` the unwinder may not trust
-    /// ([`eh_frame_hdr_is_sound`]).
+    /// ([`elf::eh_frame_hdr_is_sound`]).
     pub fn checked(mut self) -> Self {
         let sound = match (&self.eh_frame_hdr, &self.eh_frame) {
             (Some((hdr, bytes)), Some((eh_frame, _))) => {
-                eh_frame_hdr_is_sound(hdr.start, bytes, eh_frame)
+                elf::eh_frame_hdr_is_sound(hdr.start, bytes, eh_frame)
             }
             _ => false,
         };
@@ -100,6 +111,52 @@ impl UnwindSections {
     }
 }
 
+/// A module's names: its symbols and DWARF, its own file's and those of the sources
+/// that completed them (a debug file, MiniDebugInfo, debuginfod).
+pub(crate) struct Names {
+    pub symbols: SymbolTable,
+    pub dwarf: Option<DwarfContext>,
+    /// Why the DWARF was left out, when a file has some.
+    pub dwarf_note: Option<String>,
+    /// Where the names come from, the module's own file first.
+    pub sources: Vec<SymbolSource>,
+    /// Whether `symbols` is a full table (a `.symtab`): the module is not stripped, or
+    /// a debug file gave its table.
+    pub full: bool,
+    /// Why no source gave a full table, when none did.
+    pub missing: Option<Missing>,
+}
+
+impl Names {
+    /// Whether a debug file would add something: a full table, or the DWARF asked for.
+    pub fn wants_debug_file(&self, debug_info: bool) -> bool {
+        !self.full || (debug_info && self.dwarf.is_none())
+    }
+
+    /// Adds what another source found.
+    pub fn absorb(&mut self, found: DebugNames) {
+        self.symbols.extend(found.symbols);
+        if self.dwarf.is_none() && found.dwarf.is_some() {
+            self.dwarf = found.dwarf;
+            self.dwarf_note = None;
+        } else if self.dwarf.is_none() && found.dwarf_note.is_some() {
+            self.dwarf_note = found.dwarf_note;
+        }
+        self.full |= found.full;
+        if self.full {
+            self.missing = None;
+        }
+        self.sources.push(found.source);
+    }
+
+    /// The cause a frame of this module that nothing names is counted under.
+    pub fn unknown_cause(&self) -> UnknownCause {
+        self.missing
+            .as_ref()
+            .map_or(UnknownCause::NoSymbols, |m| m.cause)
+    }
+}
+
 /// One module's contents, as read once.
 pub(crate) struct ModuleData {
     pub key: ModuleKey,
@@ -107,10 +164,8 @@ pub(crate) struct ModuleData {
     pub arch: Arch,
     pub segments: Vec<Segment>,
     pub unwind: UnwindSections,
-    pub symbols: SymbolTable,
-    pub dwarf: Option<addr2line::Context<DwarfReader>>,
-    /// Why the DWARF was left out, when the file has some.
-    pub dwarf_note: Option<String>,
+    /// Its names; a source found later (debuginfod) completes them in place.
+    pub names: RefCell<Names>,
     pub bytes_read: u64,
     /// Symbolized addresses (`svma`, with lines or not), at most
     /// [`MAX_SYMBOLIZED_PER_MODULE`].
@@ -125,18 +180,39 @@ pub(crate) const MAX_SYMBOLIZED_PER_MODULE: usize = 1 << 16;
 
 impl fmt::Debug for ModuleData {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = self.names.borrow();
         f.debug_struct("ModuleData")
             .field("key", &self.key)
             .field("arch", &self.arch)
-            .field("symbols", &self.symbols.len())
-            .field("dwarf", &self.dwarf.is_some())
-            .field("dwarf_note", &self.dwarf_note)
+            .field("symbols", &names.symbols.len())
+            .field("dwarf", &names.dwarf.is_some())
+            .field("sources", &names.sources)
             .field("bytes_read", &self.bytes_read)
             .finish_non_exhaustive()
     }
 }
 
 impl ModuleData {
+    /// A module of `head`, unwound with `unwind` and named by `names`.
+    pub fn new(
+        key: ModuleKey,
+        head: Head,
+        unwind: UnwindSections,
+        names: Names,
+        bytes_read: u64,
+    ) -> Self {
+        Self {
+            key,
+            build_id: head.build_id,
+            arch: head.arch,
+            segments: head.segments,
+            unwind,
+            names: RefCell::new(names),
+            bytes_read,
+            symbolized: RefCell::new(HashMap::new()),
+        }
+    }
+
     /// The load bias of the file mapped as `ranges`: what is added to an address of
     /// the file (`svma`) to give the address in the process. `None` when no mapping of
     /// the file lines up with one of its `PT_LOAD` segments.
@@ -157,11 +233,24 @@ impl ModuleData {
 
 /// Why a module was not read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SkipReason(pub String);
+pub(crate) struct SkipReason {
+    pub text: String,
+    /// Whether it was the budget: a file larger or slower to read than it allows.
+    pub budget: bool,
+}
+
+impl SkipReason {
+    pub fn new(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            budget: false,
+        }
+    }
+}
 
 impl fmt::Display for SkipReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.text)
     }
 }
 
@@ -225,7 +314,7 @@ impl ModuleCache {
         }
     }
 
-    fn get(&self, key: &ModuleKey) -> Option<Rc<ModuleData>> {
+    pub(crate) fn get(&self, key: &ModuleKey) -> Option<Rc<ModuleData>> {
         let mut inner = self.0.borrow_mut();
         let found = inner.modules.get(key).cloned();
         if found.is_some() {
@@ -234,7 +323,7 @@ impl ModuleCache {
         found
     }
 
-    fn insert(&self, module: Rc<ModuleData>) {
+    pub(crate) fn insert(&self, module: Rc<ModuleData>) {
         let mut inner = self.0.borrow_mut();
         inner.loads += 1;
         if inner.modules.len() >= inner.limits.max_modules {
@@ -246,20 +335,48 @@ impl ModuleCache {
         }
     }
 
-    /// The module `file` of process `pid` maps: from the cache, or read now.
+    /// The module `file` of process `pid` maps: from the cache, or read now (with its
+    /// separate debug file, when it is stripped).
     pub(crate) fn module(
         &self,
         pid: u32,
         file: &MappedFile,
         options: &LoadOptions,
     ) -> Result<Rc<ModuleData>, SkipReason> {
-        let opened = open_mapped(pid, file).map_err(|e| SkipReason(format!("not opened: {e}")))?;
+        let opened =
+            open_mapped(pid, file).map_err(|e| SkipReason::new(format!("not opened: {e}")))?;
         let budgeted = BudgetedFile::new(opened.file, opened.size, options.budget);
-        let head = read_head(&budgeted, file).map_err(|e| budget_reason(&budgeted, e))?;
-        if let Some(module) = self.get(&head.key) {
+        let head = elf::read_head(budgeted.read()).map_err(|e| budget_reason(&budgeted, e))?;
+        let key = match &head.build_id {
+            Some(id) => ModuleKey::BuildId(Box::clone(id)),
+            None => ModuleKey::File {
+                dev: file.dev,
+                inode: file.inode,
+            },
+        };
+        if let Some(module) = self.get(&key) {
             return Ok(module);
         }
-        let module = Rc::new(load(&budgeted, head, options)?);
+        let module = Rc::new(load(&budgeted, key, head, pid, &file.path, options)?);
+        self.insert(module.clone());
+        Ok(module)
+    }
+}
+
+impl ModuleCache {
+    /// The vDSO process `pid` maps (`file`, its one range): read from its memory, then
+    /// found in the cache by its build id (one per kernel).
+    pub(crate) fn vdso(&self, pid: u32, file: &MappedFile) -> Result<Rc<ModuleData>, SkipReason> {
+        let range = file
+            .ranges
+            .first()
+            .map(|r| r.start..r.end)
+            .ok_or_else(|| SkipReason::new("no [vdso] mapping"))?;
+        let module = source::vdso::read(pid, &range)?;
+        if let Some(cached) = self.get(&module.key) {
+            return Ok(cached);
+        }
+        let module = Rc::new(module);
         self.insert(module.clone());
         Ok(module)
     }
@@ -275,227 +392,78 @@ pub(crate) struct LoadOptions {
 /// The reason a read failed: the budget's, when it ran out, else `what`.
 fn budget_reason(file: &BudgetedFile, what: String) -> SkipReason {
     match file.exceeded() {
-        Some(exceeded) => SkipReason(format!("skipped: {exceeded}")),
-        None => SkipReason(what),
-    }
-}
-
-/// The ELF header, segments and build id, read before the cache is asked.
-struct Head {
-    key: ModuleKey,
-    build_id: Option<Box<[u8]>>,
-    arch: Arch,
-    segments: Vec<Segment>,
-}
-
-/// Reads the ELF header, the program headers and the build-id note (a few hundred
-/// bytes), enough to find the module in the cache.
-fn read_head(file: &BudgetedFile, mapped: &MappedFile) -> Result<Head, String> {
-    let data = file.read();
-    let header = object::elf::FileHeader64::<Endianness>::parse(data)
-        .map_err(|e| format!("not a 64-bit ELF file ({e})"))?;
-    let endian = header
-        .endian()
-        .map_err(|e| format!("not a 64-bit ELF file ({e})"))?;
-    if endian != Endianness::Little {
-        return Err("a big-endian ELF file, which this profiler does not read".into());
-    }
-    let arch = match header.e_machine(endian) {
-        EM_X86_64 => Arch::X86_64,
-        EM_AARCH64 => Arch::Aarch64,
-        other => {
-            return Err(format!(
-                "an ELF file for machine {other}, not x86_64 or aarch64"
-            ))
-        }
-    };
-    let phdrs = header
-        .program_headers(endian, data)
-        .map_err(|e| format!("malformed program headers ({e})"))?;
-    let mut segments = Vec::new();
-    let mut build_id = None;
-    for ph in phdrs {
-        match ph.p_type(endian) {
-            PT_LOAD => segments.push(Segment {
-                vaddr: ph.p_vaddr(endian),
-                offset: ph.p_offset(endian),
-                filesz: ph.p_filesz(endian),
-                executable: ph.p_flags(endian) & PF_X != 0,
-            }),
-            PT_NOTE if build_id.is_none() => {
-                let Ok(Some(mut notes)) = ph.notes(endian, data) else {
-                    continue;
-                };
-                while let Ok(Some(note)) = notes.next() {
-                    if note.name() == b"GNU" && note.n_type(endian) == NT_GNU_BUILD_ID {
-                        let desc = note.desc();
-                        if !desc.is_empty() && desc.len() <= 64 {
-                            build_id = Some(desc.into());
-                        }
-                        break;
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    let key = match &build_id {
-        Some(id) => ModuleKey::BuildId(Box::clone(id)),
-        None => ModuleKey::File {
-            dev: mapped.dev,
-            inode: mapped.inode,
+        Some(exceeded) => SkipReason {
+            text: format!("skipped: {exceeded}"),
+            budget: true,
         },
-    };
-    Ok(Head {
-        key,
-        build_id,
-        arch,
-        segments,
-    })
+        None => SkipReason::new(what),
+    }
 }
 
 /// Reads what unwinding and symbolizing need: the sections and symbol tables first,
-/// then (when asked, and while the budget lasts) the DWARF.
-fn load(file: &BudgetedFile, head: Head, options: &LoadOptions) -> Result<ModuleData, SkipReason> {
+/// then (when asked, and while the budget lasts) the DWARF; then, for a stripped
+/// module, its separate debug file.
+fn load(
+    file: &BudgetedFile,
+    key: ModuleKey,
+    head: Head,
+    pid: u32,
+    path: &str,
+    options: &LoadOptions,
+) -> Result<ModuleData, SkipReason> {
     let data = file.read();
-    let elf = ElfFile64::<Endianness, BoundedRead<'_>>::parse(data)
+    let elf = Elf::<BoundedRead<'_>>::parse(data)
         .map_err(|e| budget_reason(file, format!("malformed ELF file ({e})")))?;
-    let section = |name: &str| -> Result<Option<(Range<u64>, Bytes)>, SkipReason> {
-        let left = options.budget.max_bytes.saturating_sub(file.bytes_read());
-        section_bytes(&elf, name, left)
-            .map_err(|e| budget_reason(file, format!("section {name}: {e}")))
-    };
-    let range_of = |name: &str| {
-        elf.section_by_name(name)
-            .map(|s| s.address()..s.address().saturating_add(s.size()))
-    };
-    let unwind = UnwindSections {
-        text_svma: range_of(".text"),
-        got_svma: range_of(".got"),
-        eh_frame: section(".eh_frame")?,
-        eh_frame_hdr: section(".eh_frame_hdr")?,
-        debug_frame: section(".debug_frame")?.map(|(_, bytes)| bytes),
-    }
-    .checked();
+    let left = || options.budget.max_bytes.saturating_sub(file.bytes_read());
+    let unwind = elf::unwind_sections(&elf, &left).map_err(|e| budget_reason(file, e))?;
     let symbols = SymbolTable::read(&elf);
     if let Some(exceeded) = file.exceeded() {
-        return Err(SkipReason(format!("skipped: {exceeded}")));
+        return Err(SkipReason {
+            text: format!("skipped: {exceeded}"),
+            budget: true,
+        });
     }
-    let mut dwarf = None;
-    let mut dwarf_note = None;
-    if options.debug_info && elf.section_by_name(".debug_info").is_some() {
-        match read_dwarf(&elf, file, options.budget.max_bytes) {
-            Ok(context) => dwarf = Some(context),
+    let mut names = Names {
+        symbols,
+        dwarf: None,
+        dwarf_note: None,
+        sources: vec![SymbolSource::Module],
+        full: elf::has_symtab(&elf),
+        missing: None,
+    };
+    if options.debug_info && elf::has_dwarf(&elf) {
+        match elf::read_dwarf(&elf, &left) {
+            Ok(context) => names.dwarf = Some(context),
             Err(e) => {
-                dwarf_note = Some(match file.exceeded() {
+                names.dwarf_note = Some(match file.exceeded() {
                     Some(exceeded) => format!("debug info left out: {exceeded}"),
                     None => format!("debug info left out: {e}"),
                 })
             }
         }
     }
-    Ok(ModuleData {
-        key: head.key,
-        build_id: head.build_id,
-        arch: head.arch,
-        segments: head.segments,
-        unwind,
-        symbols,
-        dwarf,
-        dwarf_note,
-        bytes_read: file.bytes_read(),
-        symbolized: RefCell::new(HashMap::new()),
-    })
-}
-
-/// Whether the `.eh_frame_hdr` at `svma` (`bytes`) is one the unwinder may trust: the
-/// encodings every linker writes (GNU ld, gold, lld, mold), pointing at `eh_frame`,
-/// with a search table that fits, is sorted, and points into `eh_frame` only.
-///
-/// gimli searches the table as it is: an entry that points before `.eh_frame` makes
-/// it subtract past zero (a panic where overflow is checked). A header that fails here
-/// is left out, and framehop indexes `.eh_frame` itself.
-fn eh_frame_hdr_is_sound(svma: u64, bytes: &[u8], eh_frame: &Range<u64>) -> bool {
-    // version 1; eh_frame_ptr pcrel|sdata4; fde_count udata4; table datarel|sdata4.
-    const HEADER: [u8; 4] = [1, 0x1b, 0x03, 0x3b];
-    let word = |at: usize| -> Option<[u8; 4]> { bytes.get(at..at + 4)?.try_into().ok() };
-    let signed = |at: usize| word(at).map(i32::from_le_bytes).map(i64::from);
-    let (Some(eh_frame_ptr), Some(count)) = (signed(4), word(8).map(u32::from_le_bytes)) else {
-        return false;
-    };
-    if bytes.get(..4) != Some(&HEADER[..])
-        || svma.wrapping_add(4).wrapping_add_signed(eh_frame_ptr) != eh_frame.start
-    {
-        return false;
-    }
-    let entries = count as usize;
-    if entries.checked_mul(8).and_then(|n| n.checked_add(12)) > Some(bytes.len()) {
-        return false;
-    }
-    let mut previous = i64::MIN;
-    (0..entries).all(|i| {
-        let (Some(location), Some(fde)) = (signed(12 + 8 * i), signed(16 + 8 * i)) else {
-            return false;
+    let bytes_read = file.bytes_read();
+    if names.wants_debug_file(options.debug_info) {
+        // What the module says of its debug file; an unreadable section says nothing.
+        let debugdata = match names.full {
+            true => None,
+            false => elf::section_bytes(&elf, ".gnu_debugdata", left())
+                .ok()
+                .flatten()
+                .map(|(_, bytes)| bytes),
         };
-        let sorted = location >= previous;
-        previous = location;
-        sorted && eh_frame.contains(&svma.wrapping_add_signed(fde))
-    })
-}
-
-/// The bytes of section `name` (decompressed when `SHF_COMPRESSED` with zlib, to at
-/// most `max_uncompressed` bytes), with its address range; `None` when the file has no
-/// such section or it occupies no bytes in the file.
-fn section_bytes<'a>(
-    elf: &ElfFile64<'a, Endianness, BoundedRead<'a>>,
-    name: &str,
-    max_uncompressed: u64,
-) -> Result<Option<(Range<u64>, Bytes)>, String> {
-    let Some(section) = elf.section_by_name(name) else {
-        return Ok(None);
-    };
-    let range = section.address()..section.address().saturating_add(section.size());
-    let compressed = section.compressed_data().map_err(|e| e.to_string())?;
-    let bytes: Arc<[u8]> = match compressed.format {
-        CompressionFormat::None => compressed.data.into(),
-        CompressionFormat::Zlib => {
-            if compressed.uncompressed_size > max_uncompressed {
-                return Err(format!(
-                    "claims {} bytes uncompressed, more than the {max_uncompressed} left",
-                    compressed.uncompressed_size
-                ));
-            }
-            let mut out = Vec::new();
-            flate2::read::ZlibDecoder::new(compressed.data)
-                .take(compressed.uncompressed_size)
-                .read_to_end(&mut out)
-                .map_err(|e| format!("zlib: {e}"))?;
-            out.into()
-        }
-        _ => return Err("compressed in a format this profiler does not read".into()),
-    };
-    if bytes.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some((range, Bytes(bytes))))
-}
-
-/// The DWARF sections, read under what is left of the budget, as an addr2line context.
-fn read_dwarf<'a>(
-    elf: &ElfFile64<'a, Endianness, BoundedRead<'a>>,
-    file: &BudgetedFile,
-    max_bytes: u64,
-) -> Result<addr2line::Context<DwarfReader>, String> {
-    let load = |id: gimli::SectionId| -> Result<DwarfReader, String> {
-        let left = max_bytes.saturating_sub(file.bytes_read());
-        let bytes = match section_bytes(elf, id.name(), left)? {
-            Some((_, Bytes(bytes))) => bytes,
-            None => Arc::from(&[][..]),
+        let lookup = Lookup {
+            pid,
+            module_path: path,
+            build_id: head.build_id.as_deref(),
+            debuglink: elf::debuglink(&elf),
+            debugdata,
+            budget: options.budget,
+            debug_info: options.debug_info,
         };
-        Ok(gimli::EndianArcSlice::new(bytes, gimli::LittleEndian))
-    };
-    let dwarf = gimli::Dwarf::load(load)?;
-    addr2line::Context::from_dwarf(dwarf).map_err(|e| format!("malformed DWARF ({e})"))
+        source::complete(&mut names, &lookup);
+    }
+    Ok(ModuleData::new(key, head, unwind, names, bytes_read))
 }
 
 #[cfg(test)]
@@ -532,7 +500,7 @@ mod tests {
         );
         // The linker's .eh_frame_hdr passes the check.
         assert!(module.unwind.eh_frame.is_some() && module.unwind.eh_frame_hdr.is_some());
-        assert!(module.symbols.len() > 100);
+        assert!(module.names.borrow().symbols.len() > 100);
         // A function of this binary by its address: the Rust name, demangled.
         let bias = module.bias(&file.ranges).unwrap();
         let address = own_module as fn() -> (MappedFile, Rc<ModuleData>) as usize as u64;
@@ -560,7 +528,7 @@ mod tests {
         let reason = ModuleCache::default()
             .module(std::process::id(), &file, &tiny)
             .unwrap_err();
-        assert!(reason.0.contains("MiB"), "{reason}");
+        assert!(reason.text.contains("MiB") && reason.budget, "{reason}");
     }
 
     #[test]
@@ -619,45 +587,5 @@ mod tests {
                 assert!(!frames.is_empty() && frames.len() <= 256);
             }
         }
-    }
-
-    #[test]
-    fn eh_frame_hdr_checked_before_it_is_searched() {
-        // .eh_frame_hdr at 0x1000, .eh_frame at 0x2000..0x2100; two entries.
-        let eh_frame = 0x2000..0x2100;
-        let hdr = |entries: &[(i32, i32)], eh_frame_ptr: i32| -> Vec<u8> {
-            let mut b = vec![1, 0x1b, 0x03, 0x3b];
-            b.extend_from_slice(&eh_frame_ptr.to_le_bytes());
-            b.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-            for (location, fde) in entries {
-                b.extend_from_slice(&location.to_le_bytes());
-                b.extend_from_slice(&fde.to_le_bytes());
-            }
-            b
-        };
-        let good = hdr(&[(0x10, 0x1000), (0x20, 0x1010)], 0x1000 - 4);
-        assert!(eh_frame_hdr_is_sound(0x1000, &good, &eh_frame));
-        // An FDE before .eh_frame (gimli would subtract past zero), or after it.
-        let before = hdr(&[(0x10, 0x0ff0), (0x20, 0x1010)], 0x1000 - 4);
-        assert!(!eh_frame_hdr_is_sound(0x1000, &before, &eh_frame));
-        let after = hdr(&[(0x10, 0x1000), (0x20, 0x1100)], 0x1000 - 4);
-        assert!(!eh_frame_hdr_is_sound(0x1000, &after, &eh_frame));
-        // Unsorted, pointing elsewhere, another version, a table longer than the bytes.
-        let unsorted = hdr(&[(0x20, 0x1000), (0x10, 0x1010)], 0x1000 - 4);
-        assert!(!eh_frame_hdr_is_sound(0x1000, &unsorted, &eh_frame));
-        let elsewhere = hdr(&[(0x10, 0x1000)], 0x2000);
-        assert!(!eh_frame_hdr_is_sound(0x1000, &elsewhere, &eh_frame));
-        let mut version = good.clone();
-        version[0] = 2;
-        assert!(!eh_frame_hdr_is_sound(0x1000, &version, &eh_frame));
-        assert!(!eh_frame_hdr_is_sound(
-            0x1000,
-            &good[..good.len() - 1],
-            &eh_frame
-        ));
-        let mut huge = good.clone();
-        huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(!eh_frame_hdr_is_sound(0x1000, &huge, &eh_frame));
-        assert!(!eh_frame_hdr_is_sound(0x1000, &[], &eh_frame));
     }
 }

@@ -7,6 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use otel_ctx_reader::process::OwnedKeyValue;
 
+use crate::source::perf_map::PerfMapStats;
+use crate::source::{SymbolProblem, SymbolSource, UnknownCause};
 use crate::symbolize::Symbol;
 use crate::unwind::UnwindEnd;
 
@@ -62,6 +64,9 @@ pub struct Mapping {
     pub debug_info: bool,
     /// Why it was not read, or why its DWARF was left out.
     pub note: Option<String>,
+    /// Where its names came from: its own file, and the debug file or other source
+    /// that completed them.
+    pub sources: Vec<SymbolSource>,
 }
 
 impl Mapping {
@@ -204,9 +209,24 @@ pub struct Stats {
     pub modules: usize,
     /// Modules left out, and why.
     pub skipped_modules: Vec<SkippedModule>,
+    /// Distinct frames of the profile that nothing names, by cause (filled in by
+    /// [`Profiler::profile`](crate::Profiler::profile), which symbolizes them).
+    pub unknown_frames: BTreeMap<UnknownCause, u64>,
+    /// Symbol sources that failed the profile's modules, or were read in part: a
+    /// stripped module without its debug file, a debug file of another build, a
+    /// debuginfod server that did not answer, a perf map refused or cut.
+    pub symbol_problems: Vec<SymbolProblem>,
+    /// What was read of the process's perf map, when a frame in no module made the
+    /// profile look for one and there is one.
+    pub perf_map: Option<PerfMapStats>,
 }
 
 impl Stats {
+    /// Distinct frames left `[unknown]`, whatever the cause.
+    pub fn unknown_frame_count(&self) -> u64 {
+        self.unknown_frames.values().sum()
+    }
+
     /// Walks that stopped short of the outermost frame.
     pub fn unwind_failures(&self) -> u64 {
         self.unwind_ends
@@ -270,6 +290,7 @@ pub(crate) fn example() -> Profile {
             symbolized: true,
             debug_info: true,
             note: None,
+            sources: vec![SymbolSource::Module],
         }],
         locations: vec![
             Location {

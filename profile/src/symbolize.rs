@@ -6,10 +6,9 @@
 use std::borrow::Cow;
 use std::rc::Rc;
 
-use object::read::elf::ElfFile64;
-use object::{Endianness, Object, ObjectSymbol, SymbolKind};
-use otel_ctx_reader::files::BoundedRead;
+use object::{Object, ObjectSymbol, ReadRef, SymbolKind};
 
+use crate::elf::Elf;
 use crate::module::{ModuleData, MAX_SYMBOLIZED_PER_MODULE};
 
 /// Most symbols kept of one module (libxul has about a million).
@@ -52,9 +51,12 @@ pub(crate) struct SymbolTable {
 
 impl SymbolTable {
     /// The function symbols of `.symtab` and `.dynsym`. Names that cannot be read are
-    /// left out; the caller asks the file's budget whether reading ran out.
-    pub fn read<'a>(elf: &ElfFile64<'a, Endianness, BoundedRead<'a>>) -> Self {
+    /// left out; the caller asks the file's budget whether reading ran out. At one
+    /// address, a symbol with a size wins over one without, and a global one over a
+    /// weak alias (`__vdso_clock_gettime` over `clock_gettime`).
+    pub fn read<'a, R: ReadRef<'a>>(elf: &Elf<'a, R>) -> Self {
         let mut table = Self::default();
+        let mut weak = Vec::new();
         for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
             if table.entries.len() >= MAX_SYMBOLS {
                 break;
@@ -69,26 +71,66 @@ impl SymbolTable {
             if address == 0 || name.is_empty() {
                 continue;
             }
-            let name = String::from_utf8_lossy(&name[..name.len().min(MAX_NAME)]);
-            let (Ok(start), Ok(len)) =
-                (u32::try_from(table.names.len()), u32::try_from(name.len()))
-            else {
+            if table.push(address, symbol.size(), name).is_err() {
                 break;
-            };
-            table.names.push_str(&name);
-            table.entries.push(Entry {
-                address,
-                size: symbol.size(),
-                name: (start, len),
-            });
+            }
+            weak.push(symbol.is_weak());
         }
-        // By address; at one address, a symbol with a size before one without.
-        table
-            .entries
-            .sort_unstable_by_key(|e| (e.address, std::cmp::Reverse(e.size)));
+        let mut order: Vec<usize> = (0..table.entries.len()).collect();
+        order.sort_unstable_by_key(|&at| {
+            let e = &table.entries[at];
+            (e.address, std::cmp::Reverse(e.size), weak[at])
+        });
+        table.entries = order.into_iter().map(|at| table.entries[at]).collect();
         table.entries.dedup_by_key(|e| e.address);
         table.entries.shrink_to_fit();
         table
+    }
+
+    /// Adds a symbol; an error once the names no longer fit the table's indexes.
+    fn push(&mut self, address: u64, size: u64, name: &[u8]) -> Result<(), ()> {
+        let name = String::from_utf8_lossy(&name[..name.len().min(MAX_NAME)]);
+        let (Ok(start), Ok(len)) = (u32::try_from(self.names.len()), u32::try_from(name.len()))
+        else {
+            return Err(());
+        };
+        self.names.push_str(&name);
+        self.entries.push(Entry {
+            address,
+            size,
+            name: (start, len),
+        });
+        Ok(())
+    }
+
+    /// Adds `other`'s symbols (a debug file's full table to a module's dynamic one); at
+    /// one address, `other`'s wins unless only this one has a size.
+    pub fn extend(&mut self, other: Self) {
+        if other.entries.is_empty() {
+            return;
+        }
+        let mine = std::mem::take(&mut self.entries);
+        let mut merged = Self {
+            entries: Vec::with_capacity(mine.len() + other.entries.len()),
+            names: String::with_capacity(self.names.len() + other.names.len()),
+        };
+        for (table, entries) in [(&other, &other.entries), (&*self, &mine)] {
+            for entry in entries {
+                if merged.entries.len() >= MAX_SYMBOLS
+                    || merged
+                        .push(entry.address, entry.size, table.name(entry).as_bytes())
+                        .is_err()
+                {
+                    break;
+                }
+            }
+        }
+        merged
+            .entries
+            .sort_by_key(|e| (e.address, std::cmp::Reverse(e.size)));
+        merged.entries.dedup_by_key(|e| e.address);
+        merged.entries.shrink_to_fit();
+        *self = merged;
     }
 
     /// Symbols kept.
@@ -152,8 +194,9 @@ impl ModuleData {
     }
 
     fn resolve(&self, svma: u64, lines: bool) -> Vec<Symbol> {
+        let names = self.names.borrow();
         let mut out = Vec::new();
-        if let Some(context) = &self.dwarf {
+        if let Some(context) = &names.dwarf {
             if let Ok(mut frames) = context.find_frames(svma).skip_all_loads() {
                 while let Ok(Some(frame)) = frames.next() {
                     if out.len() >= MAX_INLINE_DEPTH {
@@ -172,7 +215,7 @@ impl ModuleData {
                 }
             }
         }
-        let table_name = || self.symbols.lookup(svma).map(|(name, _)| demangle(name));
+        let table_name = || names.symbols.lookup(svma).map(|(name, _)| demangle(name));
         if out.is_empty() {
             return table_name()
                 .map(|name| Symbol {

@@ -25,10 +25,15 @@
 //! kernel resolving inside the root: a symlink cannot be followed safely in user space
 //! while the target can change it.
 //!
+//! The files a target names without mapping them (a separate debug file, a perf map in
+//! its `/tmp`) are opened by [`open_in`], in the target's root or the host's: the same
+//! `O_PATH` open resolved inside the root, the same `fstat`, without a mapping's device
+//! and inode to compare.
+//!
 //! Reading is bounded too: [`BudgetedFile`] gives a parser at most
 //! [`FileBudget::max_bytes`] bytes and [`FileBudget::max_time`] of reading per file, and
 //! reads with `pread`, never `mmap` (a file truncated under a mapping would kill the
-//! reader with `SIGBUS`).
+//! reader with `SIGBUS`); [`BudgetedReader`] streams one under the same bounds.
 
 use std::cell::Cell;
 use std::fmt;
@@ -147,7 +152,7 @@ pub(crate) fn proc_dir(pid: u32) -> String {
 /// module: never blocking, never opening anything but the regular file mapped.
 pub fn open_mapped(pid: u32, file: &MappedFile) -> Result<TargetFile, OpenError> {
     let dir = proc_dir(pid);
-    let by_path = match open_in_root(&dir, &file.path) {
+    let by_path = match open_in_process_root(&dir, &file.path) {
         Ok(fd) => match checked(fd, file) {
             Ok(opened) => {
                 return Ok(TargetFile {
@@ -187,6 +192,41 @@ pub fn open_mapped(pid: u32, file: &MappedFile) -> Result<TargetFile, OpenError>
     })
 }
 
+/// The file system a path is resolved in, for the files a target names without mapping
+/// them ([`open_in`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Root {
+    /// The root of process `pid` (`/proc/<pid>/root`): what a process in a container
+    /// sees as `/`.
+    Target(u32),
+    /// This process's own root.
+    Host,
+}
+
+impl fmt::Display for Root {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Target(_) => f.write_str("the target's root"),
+            Self::Host => f.write_str("the host's root"),
+        }
+    }
+}
+
+/// Opens the regular file at `path` inside `root` for reading, by the rules of this
+/// module: an `O_PATH` open (which never blocks and opens no device) resolved inside the
+/// root (`openat2`, `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`), `fstat` to check that
+/// it is a regular file (a FIFO, a device or a directory is refused), then a reopen for
+/// reading through the checked descriptor. For the files a target names without mapping
+/// them: separate debug files, perf maps. Read them under a [`FileBudget`] as any other.
+pub fn open_in(root: Root, path: &str) -> Result<TargetFile, Refusal> {
+    let dir = match root {
+        Root::Target(pid) => format!("{}/root", proc_dir(pid)),
+        Root::Host => "/".to_owned(),
+    };
+    let fd = open_in_root(&dir, path)?;
+    regular(fd, |_| true)
+}
+
 fn refusal_of(e: rustix::io::Errno) -> Refusal {
     match e {
         rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR | rustix::io::Errno::SRCH => {
@@ -200,9 +240,14 @@ fn refusal_of(e: rustix::io::Errno) -> Refusal {
 
 /// `O_PATH` descriptor of `path` resolved inside the root of the process whose `/proc`
 /// directory is `dir`.
-fn open_in_root(dir: &str, path: &str) -> Result<OwnedFd, Refusal> {
+fn open_in_process_root(dir: &str, path: &str) -> Result<OwnedFd, Refusal> {
+    open_in_root(&format!("{dir}/root"), path)
+}
+
+/// `O_PATH` descriptor of `path` resolved inside the directory `root`.
+fn open_in_root(root: &str, path: &str) -> Result<OwnedFd, Refusal> {
     let root = rustix::fs::open(
-        format!("{dir}/root").as_str(),
+        root,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
@@ -259,12 +304,23 @@ fn kind_name(kind: FileType) -> &'static str {
 /// Checks that the `O_PATH` descriptor `fd` is the regular file `file` maps, then opens
 /// it for reading through the descriptor itself.
 fn checked(fd: OwnedFd, file: &MappedFile) -> Result<TargetFile, Refusal> {
+    regular(fd, |stat| {
+        stat.st_dev == file.dev && stat.st_ino == file.inode
+    })
+}
+
+/// Checks that the `O_PATH` descriptor `fd` is a regular file that `identity` accepts,
+/// then opens it for reading through the descriptor itself.
+fn regular(
+    fd: OwnedFd,
+    identity: impl Fn(&rustix::fs::Stat) -> bool,
+) -> Result<TargetFile, Refusal> {
     let stat = rustix::fs::fstat(&fd).map_err(|e| Refusal::Os(e.into()))?;
     let kind = FileType::from_raw_mode(stat.st_mode);
     if kind != FileType::RegularFile {
         return Err(Refusal::NotRegular(kind_name(kind)));
     }
-    if stat.st_dev != file.dev || stat.st_ino != file.inode {
+    if !identity(&stat) {
         return Err(Refusal::OtherFile);
     }
     // The descriptor names the checked inode: reopening it through /proc/self/fd opens
@@ -364,6 +420,16 @@ struct Spending {
 }
 
 impl Spending {
+    fn new(budget: FileBudget) -> Self {
+        Self {
+            budget,
+            remaining: Cell::new(budget.max_bytes),
+            deadline: Instant::now() + budget.max_time,
+            exceeded: Cell::new(None),
+            read_error: Cell::new(None),
+        }
+    }
+
     fn failed(&self, e: &io::Error) {
         if self.read_error.get().is_none() {
             self.read_error
@@ -461,13 +527,7 @@ pub struct BudgetedFile {
 impl BudgetedFile {
     /// `file` of `size` bytes, read under `budget` from now on.
     pub fn new(file: File, size: u64, budget: FileBudget) -> Self {
-        let spending = Rc::new(Spending {
-            budget,
-            remaining: Cell::new(budget.max_bytes),
-            deadline: Instant::now() + budget.max_time,
-            exceeded: Cell::new(None),
-            read_error: Cell::new(None),
-        });
+        let spending = Rc::new(Spending::new(budget));
         let pread = Pread {
             file,
             size,
@@ -535,5 +595,72 @@ impl<'a> object::ReadRef<'a> for BoundedRead<'a> {
         let bytes = self.cache.read_bytes_at_until(range, delimiter)?;
         self.spending.charge(bytes.len() as u64)?;
         Ok(bytes)
+    }
+}
+
+/// A target file read in order under a [`FileBudget`], with `pread`: for what is read
+/// as a stream rather than parsed in place, such as a perf map's lines or the checksum
+/// of a whole debug file. A read past the budget fails with the bound it ran into
+/// ([`exceeded`](Self::exceeded)); nothing is kept but the caller's buffer.
+#[derive(Debug)]
+pub struct BudgetedReader {
+    file: File,
+    position: u64,
+    spending: Spending,
+}
+
+impl BudgetedReader {
+    /// `file`, read from `offset` on under `budget` from now on.
+    pub fn new(file: File, offset: u64, budget: FileBudget) -> Self {
+        Self {
+            file,
+            position: offset,
+            spending: Spending::new(budget),
+        }
+    }
+
+    /// Which bound the reads ran into, if one did.
+    pub fn exceeded(&self) -> Option<Exceeded> {
+        self.spending.exceeded.get()
+    }
+
+    /// Bytes read so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.spending.budget.max_bytes - self.spending.remaining.get()
+    }
+}
+
+impl io::Read for BudgetedReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let budget_error = |s: &Spending| {
+            io::Error::other(
+                s.exceeded
+                    .get()
+                    .map_or_else(|| "over budget".to_owned(), |e| e.to_string()),
+            )
+        };
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.spending
+            .check_time()
+            .map_err(|()| budget_error(&self.spending))?;
+        // One byte past what is left tells the end of the file from a file that goes on.
+        let left = self.spending.remaining.get();
+        let want = buf
+            .len()
+            .min(usize::try_from(left.saturating_add(1)).unwrap_or(usize::MAX));
+        let n = loop {
+            match self.file.read_at(&mut buf[..want], self.position) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        };
+        self.spending
+            .charge(n as u64)
+            .map_err(|()| budget_error(&self.spending))?;
+        self.position += n as u64;
+        Ok(n)
     }
 }

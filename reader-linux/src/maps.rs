@@ -21,6 +21,9 @@ pub const MAX_CANDIDATES: usize = 8;
 /// The suffix the kernel appends to the name of a file-backed mapping whose file is gone.
 const DELETED_SUFFIX: &[u8] = b" (deleted)";
 
+/// The kernel's name of the vDSO's mapping.
+const VDSO_NAME: &[u8] = b"[vdso]";
+
 /// How a context mapping is named in `/proc/<pid>/maps`, which says how it was made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MappingKind {
@@ -405,6 +408,10 @@ pub struct ProcessMaps {
     pub files: Vec<MappedFile>,
     /// Files past [`MAX_MAPPED_FILES`], left out.
     pub files_dropped: usize,
+    /// The `[vdso]` mapping (start and end): the kernel's small shared object every
+    /// process maps, whose code `clock_gettime` and `gettimeofday` run. Its ELF image is
+    /// read from the process's memory, not from a file.
+    pub vdso: Option<std::ops::Range<u64>>,
     /// Lines read.
     pub lines: usize,
 }
@@ -482,6 +489,11 @@ impl MapsCollector {
             slash_or_bracket: marked.is_some(),
         };
         let mut visit = visit.and_then(|v| if (v.wants)(raw) { Some(v) } else { None });
+        if marked.is_some() && line.ends_with(VDSO_NAME) {
+            if let Some(vdso) = MapsLine::parse(line).filter(|l| l.name == VDSO_NAME) {
+                self.maps.vdso = Some(vdso.start..vdso.end);
+            }
+        }
         let has_slash = marked
             .is_some_and(|at| line[at] == b'/' || memchr::memchr(b'/', &line[at..]).is_some());
         if visit.is_none() && !has_slash {
@@ -694,6 +706,16 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
                 "/memfd:OTEL_CTX_BACKUP",
                 "/tmp/OTEL_CTX"
             ]
+        );
+        assert_eq!(maps.vdso, Some(0x7f41_38c0_0000..0x7f41_38c0_2000));
+        // A file named like it is not the vDSO.
+        let named = "1000-2000 r-xp 00000000 08:01 7 /tmp/[vdso]\n";
+        assert_eq!(
+            MapsScanner::new()
+                .maps_of(1, named.as_bytes())
+                .unwrap()
+                .vdso,
+            None
         );
         for line in RECORDED.lines() {
             let raw = RawLine::new(line.as_bytes());

@@ -180,9 +180,17 @@ impl Status {
     }
 }
 
+/// The most of a `status` file read: the kernel writes a few KiB.
+const MAX_STATUS: u64 = 64 * 1024;
+
 /// Process `pid`'s `status` (or the calling process's, for `"self"`).
 pub fn status(pid: &str) -> io::Result<Status> {
-    fs::read_to_string(format!("/proc/{pid}/status")).map(Status::parse)
+    use std::io::Read;
+    let mut text = String::new();
+    fs::File::open(format!("/proc/{pid}/status"))?
+        .take(MAX_STATUS)
+        .read_to_string(&mut text)?;
+    Ok(Status::parse(text))
 }
 
 #[cfg(test)]

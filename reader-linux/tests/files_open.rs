@@ -1,11 +1,15 @@
 //! Opening a target's mapped files (`files::open_mapped`), on this process's own
 //! mappings: with `openat2`, and on a kernel without it (a seccomp filter answers
-//! `ENOSYS`), where the path is walked without following symlinks.
+//! `ENOSYS`), where the path is walked without following symlinks. Files a target names
+//! (`files::open_in`), and a budgeted stream of one (`files::BudgetedReader`).
 
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use otel_ctx_reader::files::{open_mapped, OpenedVia, Refusal};
+use otel_ctx_reader::files::{
+    open_in, open_mapped, BudgetedReader, Exceeded, FileBudget, OpenedVia, Refusal, Root,
+};
 use otel_ctx_reader::maps::{FileRange, MappedFile};
 use otel_ctx_reader::ProcessMaps;
 
@@ -121,5 +125,70 @@ fn a_fifo_is_never_opened_for_reading() {
     // A plain open would block until a writer came; this returns at once.
     let e = open_mapped(std::process::id(), &file).expect_err("a FIFO");
     assert!(matches!(e.by_path, Refusal::NotRegular("a FIFO")), "{e:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_named_file_opens_in_either_root_and_a_fifo_never_does() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("files-open-in-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let map = dir.join("perf-1.map");
+    std::fs::write(&map, b"1000 10 f\n").unwrap();
+    let path = map.to_str().unwrap();
+    for root in [Root::Target(std::process::id()), Root::Host] {
+        let opened = open_in(root, path).unwrap_or_else(|e| panic!("{root}: {e}"));
+        assert_eq!(opened.size, 10);
+    }
+    // An absolute symlink resolves inside the root it is opened in.
+    let link = dir.join("link.map");
+    std::os::unix::fs::symlink(&map, &link).unwrap();
+    assert!(open_in(Root::Target(std::process::id()), link.to_str().unwrap()).is_ok());
+    assert!(matches!(
+        open_in(Root::Host, dir.join("none.map").to_str().unwrap()),
+        Err(Refusal::Missing)
+    ));
+    assert!(matches!(
+        open_in(Root::Host, dir.to_str().unwrap()),
+        Err(Refusal::NotRegular("a directory"))
+    ));
+    // A FIFO: refused from its O_PATH descriptor, where a plain open would block.
+    let fifo = dir.join("perf-2.map");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    assert!(matches!(
+        open_in(Root::Target(std::process::id()), fifo.to_str().unwrap()),
+        Err(Refusal::NotRegular("a FIFO"))
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_budgeted_reader_stops_at_the_budget() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("files-reader-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("data");
+    std::fs::write(&path, vec![7u8; 10_000]).unwrap();
+    let read = |offset: u64, max: u64| {
+        let file = std::fs::File::open(&path).unwrap();
+        let mut reader =
+            BudgetedReader::new(file, offset, FileBudget::default().with_max_bytes(max));
+        let mut out = Vec::new();
+        let result = reader.read_to_end(&mut out);
+        (result.map(|_| out.len()), reader.exceeded())
+    };
+    // A file that fits, to the byte; one read from an offset.
+    assert_eq!(read(0, 10_000).0.unwrap(), 10_000);
+    assert_eq!(read(9_000, 1_000).0.unwrap(), 1_000);
+    // One that does not: an error, and the bound said.
+    let (result, exceeded) = read(0, 4_096);
+    assert!(result.is_err());
+    assert_eq!(exceeded, Some(Exceeded::Bytes(4_096)));
     let _ = std::fs::remove_dir_all(&dir);
 }

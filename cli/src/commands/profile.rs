@@ -1,8 +1,9 @@
 //! `otel-ctx profile <pid>`: a CPU profile of one process by trace and route. Every sample
-//! is a thread's user registers and the top of its stack, with its thread context; the
-//! stacks are unwound (DWARF CFI, frame pointers) and symbolized in user space by
-//! `otel-ctx-profile`, and the profile is written as pprof, folded text or an SVG flame
-//! graph.
+//! is a thread's user registers and the top of its stack, with its thread context (a
+//! process that publishes none is profiled by its stacks alone); the stacks are unwound
+//! (DWARF CFI, frame pointers) and symbolized in user space by `otel-ctx-profile` (with
+//! debuginfod, once sampling is over, when `DEBUGINFOD_URLS` is set), and the profile is
+//! written as pprof, folded text or an SVG flame graph.
 //!
 //! Samples come from the eBPF sampler (a CPU-clock tick on every CPU: threads are sampled
 //! while they run) in a build with the `ebpf` feature, or with `--ptrace` (or when BPF
@@ -15,7 +16,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use otel_ctx_profile::{
-    Filter, FoldedOptions, Format, ProcessProfiler, Profile, ProfileOptions, SessionOptions,
+    Debuginfod, DebuginfodFetch, Filter, FoldedOptions, Format, ProcessProfiler, Profile,
+    ProfileOptions, SessionOptions,
 };
 use otel_ctx_reader::thread::DEFAULT_STACK_SIZE;
 use otel_ctx_reader::{Following, Method, SamplerOptions};
@@ -213,12 +215,26 @@ pub fn run(request: &Request) -> Result<(), Failure> {
     if progress {
         eprint!("\r\x1b[K");
     }
+    // Sampling is over: the network may be waited on now, never between samples.
+    let fetches = match Debuginfod::from_env() {
+        Some(client) => {
+            if progress {
+                eprint!("asking debuginfod for the debug files of stripped modules...");
+            }
+            let fetches = session.profiler().fetch_debug_files(&client);
+            if progress {
+                eprint!("\r\x1b[K");
+            }
+            fetches
+        }
+        None => Vec::new(),
+    };
     let profile = session.profile();
     let folded = FoldedOptions::default().with_by(Some(request.by.clone()));
     write(&profile, format, &folded, &path)?;
     // Summaries and progress go to stderr, whatever the output: stdout is the profile's
     // when it is `-`, and a script's otherwise.
-    eprint!("{}", summary(&session, &profile, &path, format));
+    eprint!("{}", summary(&session, &profile, &fetches, &path, format));
     Ok(())
 }
 
@@ -289,7 +305,13 @@ fn parse_format(name: &str) -> Result<Format, String> {
 
 /// The closing summary: samples, with and without a context, distinct stacks, unwinding
 /// failures, the output.
-fn summary(session: &ProcessProfiler, profile: &Profile, path: &Path, format: Format) -> String {
+fn summary(
+    session: &ProcessProfiler,
+    profile: &Profile,
+    fetches: &[DebuginfodFetch],
+    path: &Path,
+    format: Format,
+) -> String {
     let stats = &profile.stats;
     let sampled = session.sampler().stats();
     let mut out = String::new();
@@ -324,12 +346,55 @@ fn summary(session: &ProcessProfiler, profile: &Profile, path: &Path, format: Fo
         out.push_str(&format!(" ({})", failures.join(", ")));
     }
     out.push('\n');
+    out.push_str(&symbols_lines(profile));
+    if !fetches.is_empty() {
+        let fetched = fetches.iter().filter(|f| f.outcome.is_ok()).count();
+        let n = fetches.len() as u64;
+        let what = text::plural(n, "debug file fetched", "debug files fetched");
+        out.push_str(&format!("debuginfod: {fetched} of {n} {what}\n"));
+    }
     for skipped in &stats.skipped_modules {
         out.push_str(&format!("skipped {}: {}\n", skipped.path, skipped.reason));
     }
     if path.as_os_str() != "-" {
         let what = format.description();
         out.push_str(&format!("{what} written to {}\n", path.display()));
+    }
+    out
+}
+
+/// The profile's symbols in a few lines: distinct frames, those left `[unknown]` by
+/// cause, the perf map read, and each symbol source that failed.
+fn symbols_lines(profile: &Profile) -> String {
+    let stats = &profile.stats;
+    let mut out = format!(
+        "{} distinct frames, {} left [unknown]",
+        profile.locations.len(),
+        stats.unknown_frame_count()
+    );
+    let causes: Vec<String> = stats
+        .unknown_frames
+        .iter()
+        .map(|(cause, n)| format!("{n} {cause}"))
+        .collect();
+    if !causes.is_empty() {
+        out.push_str(&format!(" ({})", causes.join(", ")));
+    }
+    out.push('\n');
+    if let Some(map) = &stats.perf_map {
+        let (n, bad) = (map.symbols as u64, map.bad_lines);
+        out.push_str(&format!(
+            "perf map {}: {n} {}, {bad} bad {} skipped\n",
+            map.path,
+            text::plural(n, "function", "functions"),
+            text::plural(bad, "line", "lines"),
+        ));
+    }
+    for problem in &stats.symbol_problems {
+        out.push_str(&format!(
+            "symbols of {} ({}): {}\n",
+            problem.subject, problem.cause, problem.problem
+        ));
     }
     out
 }

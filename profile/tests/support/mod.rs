@@ -10,6 +10,7 @@ mod fixture;
 pub use fixture::*;
 
 use otel_ctx_profile::{Attributes, Profile, ProfileOptions, Profiler, Sample, SampleContext};
+use otel_ctx_reader::thread::StackReader;
 use otel_ctx_reader::{
     ProcessContextReader, ProcessMaps, RecordBuffer, Snapshot, StackBuffer, ThreadReader,
     UserRegisters,
@@ -91,6 +92,41 @@ pub fn capture(pid: u32, rounds: usize) -> Capture {
         pid,
         maps,
         snapshot,
+        samples,
+    }
+}
+
+/// Samples every thread of `pid`, a process that publishes no thread contexts, `rounds`
+/// times, a millisecond apart: its stacks alone.
+pub fn capture_stacks(pid: u32, rounds: usize) -> Capture {
+    let maps = ProcessMaps::read(pid).expect("read the maps");
+    let reader = StackReader::new(pid);
+    let tids = reader.tids().expect("list the threads");
+    let names: Vec<String> = tids
+        .iter()
+        .map(|tid| otel_ctx_reader::procfs::comm(*tid).unwrap_or_default())
+        .collect();
+    let mut stack = StackBuffer::default();
+    let mut samples = Vec::new();
+    for _ in 0..rounds {
+        for (tid, name) in tids.iter().zip(&names) {
+            let Ok(registers) = reader.sample_stack_into(*tid, &mut stack) else {
+                continue;
+            };
+            samples.push(Captured {
+                tid: *tid,
+                thread_name: name.clone(),
+                registers,
+                stack: stack.bytes().to_vec(),
+                context: None,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Capture {
+        pid,
+        maps,
+        snapshot: None,
         samples,
     }
 }

@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use crate::error::Error;
 use crate::maps::ProcessMaps;
-use crate::memory::{ProcessMemory, ReadMethod};
 use crate::procfs;
 use crate::thread::reader::{ThreadError, ThreadReader};
+use crate::thread::stack::StackReader;
 
 use super::{SamplerError, SamplerOptions, MODULES_FALLBACK, REFRESH_INTERVAL};
 
@@ -106,9 +106,9 @@ fn open_reader(maps: &ProcessMaps, options: &SamplerOptions) -> Result<ThreadRea
 #[derive(Debug)]
 pub(super) struct Process {
     start_time: u64,
-    /// Its memory, for the stack copies of a process followed for its stacks only (a
-    /// thread reader has its own).
-    pub memory: ProcessMemory,
+    /// The stack copies of a process followed for its stacks only (a thread reader
+    /// takes its own).
+    pub stacks: StackReader,
     /// Thread names, read once per thread.
     names: HashMap<u32, String>,
     /// Set on evidence that its mappings or context changed.
@@ -128,7 +128,7 @@ impl Process {
         let now = Instant::now();
         let process = Self {
             start_time: prepared.start_time,
-            memory: ProcessMemory::new(prepared.pid, ReadMethod::Auto),
+            stacks: StackReader::new(prepared.pid),
             names: HashMap::new(),
             suspect: false,
             maps_read: now,

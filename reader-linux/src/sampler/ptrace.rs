@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::procfs;
-use crate::thread::reader::{copy_stack, RecordBuffer, ThreadReader};
+use crate::thread::reader::{RecordBuffer, ThreadReader};
 use crate::thread::stack::{StackBuffer, UserRegisters};
-use crate::thread::tls::{PtraceError, SampleError, StoppedThread};
+use crate::thread::tls::{PtraceError, SampleError};
 
 use super::process::Process;
 use super::{deliver, Sample, SamplerError, SamplerOptions, SamplerStats, Threads};
@@ -131,11 +131,8 @@ fn stacks_only(
     process: &Process,
     stack: Option<&mut StackBuffer>,
 ) -> Result<Option<UserRegisters>, SampleError> {
-    let Some(stack) = stack else {
-        return Ok(None);
-    };
-    let stopped = StoppedThread::stop(tid)?;
-    let (registers, _) = copy_stack(&stopped, &process.memory, stack)?;
-    Ok(Some(registers))
-    // `stopped` is dropped on return: the thread runs on.
+    match stack {
+        Some(stack) => process.stacks.sample_stack_into(tid, stack).map(Some),
+        None => Ok(None),
+    }
 }

@@ -12,4 +12,4 @@ pub use reader::{
     ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,
     KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL, OPEN_PATIENCE,
 };
-pub use stack::{StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
+pub use stack::{StackBuffer, StackReader, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};

@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::maps::ProcessMaps;
 use crate::memory::{ProcessMemory, ReadMethod};
 use crate::process::reader::{ProcessContextReader, ReaderOptions};
-use crate::thread::stack::{StackBuffer, UserRegisters};
+use crate::thread::stack::{copy_stopped_stack, StackBuffer, UserRegisters};
 use crate::thread::tls::{
     loaded_modules, read_slot_into, read_stopped, resolve, ElfCache, Libc, LoadedModule,
     PtraceError, Resolution, SampleError, SkippedModule, SlotContents, StoppedThread, ThreadSample,
@@ -510,7 +510,7 @@ impl ThreadReader {
         let stopped = StoppedThread::stop(tid)?;
         let (registers, thread_pointer) = match stack {
             None => (UserRegisters::default(), stopped.thread_pointer()?),
-            Some(stack) => copy_stack(&stopped, &self.memory, stack)?,
+            Some(stack) => copy_stopped_stack(&stopped, &self.memory, stack)?,
         };
         let contents = match self.resolution.slot_address(thread_pointer, &self.memory)? {
             None => SlotContents::Null,
@@ -617,26 +617,6 @@ impl ThreadReader {
         }
         Ok(reports)
     }
-}
-
-/// Takes the user registers of a stopped thread and copies the top of its stack (from
-/// the stack pointer up, at most `stack`'s capacity, less where the stack's mapping
-/// ends) into `stack`; returns the registers and the thread pointer.
-pub(crate) fn copy_stack(
-    stopped: &StoppedThread,
-    memory: &ProcessMemory,
-    stack: &mut StackBuffer,
-) -> Result<(UserRegisters, u64), SampleError> {
-    let (registers, thread_pointer) = stopped.registers()?;
-    let copied = memory
-        .read_prefix(registers.sp, stack.spare())
-        .map_err(|e| SampleError::Memory {
-            what: "the stack",
-            address: registers.sp,
-            source: e.into(),
-        })?;
-    stack.set_len(copied);
-    Ok((registers, thread_pointer))
 }
 
 /// The caller's buffer for [`ThreadReader::sample_into`]: reused from sample to sample.

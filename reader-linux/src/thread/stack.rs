@@ -5,6 +5,10 @@
 //! above it (the `otel-ctx-profile` crate, or a profiler's own), so a profiler that
 //! embeds the reader brings its own.
 
+use crate::error::Error;
+use crate::memory::{ProcessMemory, ReadMethod};
+use crate::thread::tls::{SampleError, StoppedThread};
+
 /// The stack copied by default: the top 16 KiB, enough for a few dozen frames of most
 /// programs, at a fixed cost per sample.
 pub const DEFAULT_STACK_SIZE: usize = 16 * 1024;
@@ -78,6 +82,72 @@ impl StackBuffer {
         let n = bytes.len().min(self.bytes.len());
         self.bytes[..n].copy_from_slice(&bytes[..n]);
         self.len = n;
+    }
+}
+
+/// Stops thread `tid`'s holder `stopped`, takes its user registers and thread pointer,
+/// and copies the top of its stack (from the stack pointer up, at most `stack`'s
+/// capacity, less where the stack's mapping ends) into `stack`: the stack half of every
+/// ptrace sample, with a thread context or without.
+pub(crate) fn copy_stopped_stack(
+    stopped: &StoppedThread,
+    memory: &ProcessMemory,
+    stack: &mut StackBuffer,
+) -> Result<(UserRegisters, u64), SampleError> {
+    let (registers, thread_pointer) = stopped.registers()?;
+    let copied = memory
+        .read_prefix(registers.sp, stack.spare())
+        .map_err(|e| SampleError::Memory {
+            what: "the stack",
+            address: registers.sp,
+            source: e.into(),
+        })?;
+    stack.set_len(copied);
+    Ok((registers, thread_pointer))
+}
+
+/// The stacks of a process's threads without their thread contexts: for a process that
+/// publishes none (it exports no `otel_thread_ctx_v1`), which a profiler still samples
+/// by its registers and stack. The ptrace twin of the eBPF sampler's
+/// `add_process_stacks`; a [`ThreadReader`](crate::ThreadReader) takes the same stack
+/// with the context, and the [`Sampler`](crate::Sampler) samples such a process with it.
+#[derive(Debug)]
+pub struct StackReader {
+    pid: u32,
+    memory: ProcessMemory,
+}
+
+impl StackReader {
+    /// A reader of process `pid`'s stacks. Nothing is read until a thread is sampled.
+    pub fn new(pid: u32) -> Self {
+        Self {
+            pid,
+            memory: ProcessMemory::new(pid, ReadMethod::Auto),
+        }
+    }
+
+    /// The process id.
+    pub const fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The process's thread ids, in increasing order.
+    pub fn tids(&self) -> Result<Vec<u32>, Error> {
+        crate::procfs::thread_ids(self.pid)
+    }
+
+    /// Stops thread `tid`, takes its user registers, copies the top of its stack into
+    /// `stack` (as [`ThreadReader::sample_with_stack_into`](crate::ThreadReader::sample_with_stack_into)
+    /// does), and lets it go. Allocation-free.
+    pub fn sample_stack_into(
+        &self,
+        tid: u32,
+        stack: &mut StackBuffer,
+    ) -> Result<UserRegisters, SampleError> {
+        let stopped = StoppedThread::stop(tid)?;
+        let (registers, _) = copy_stopped_stack(&stopped, &self.memory, stack)?;
+        Ok(registers)
+        // `stopped` is dropped on return: the thread runs on.
     }
 }
 
