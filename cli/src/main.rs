@@ -34,6 +34,11 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// List each process the kernel would not show (pid 1 under a security module,
+        /// other users' processes without root), with what refused it; without it, a line
+        /// on stderr counts them.
+        #[arg(short, long)]
+        verbose: bool,
     },
     /// Show the whole process context of one process.
     Show {
@@ -131,7 +136,7 @@ fn main() -> ExitCode {
     commands::default_sigpipe();
     let args = Args::parse();
     let result = match args.command {
-        Command::Ps { json } => commands::ps::run(json),
+        Command::Ps { json, verbose } => commands::ps::run(json, verbose),
         Command::Show {
             pid,
             json,
