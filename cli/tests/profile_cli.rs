@@ -26,7 +26,8 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Runs `otel-ctx profile <pid> <args>`, which must succeed; its stdout and stderr.
+/// Runs `otel-ctx profile <pid> <args>`, which must succeed; its stdout and stderr (where
+/// the summary goes).
 fn profile(pid: u32, args: &[&str]) -> (String, String) {
     let mut all = vec!["profile".to_owned(), pid.to_string()];
     all.extend(args.iter().map(|a| (*a).to_owned()));
@@ -113,7 +114,7 @@ fn routes_by_ebpf_and_ptrace_without_and_with_frame_pointers() {
         let fixture = Fixture::start(&exe, &[]);
         let dir = scratch(build);
         let by_ptrace = dir.join("ptrace.folded");
-        let (said, _) = profile(
+        let (_, said) = profile(
             fixture.pid,
             &[
                 "--duration",
@@ -133,12 +134,12 @@ fn routes_by_ebpf_and_ptrace_without_and_with_frame_pointers() {
 
         // The default sampler: eBPF in a build with the feature, else ptrace (said so).
         let by_default = dir.join("default.folded");
-        let (said, stderr) = profile(
+        let (_, stderr) = profile(
             fixture.pid,
             &["--duration", "2s", "-o", by_default.to_str().unwrap()],
         );
         if cfg!(feature = "ebpf") {
-            assert!(said.contains("(eBPF)"), "{said}{stderr}");
+            assert!(stderr.contains("(eBPF)"), "{stderr}");
         } else {
             assert!(stderr.contains("sampling with ptrace"), "{stderr}");
         }
@@ -239,7 +240,7 @@ fn one_trace_only() {
         .to_owned();
     let dir = scratch("trace");
     let out = dir.join("trace.folded");
-    let (said, _) = profile(
+    let (_, said) = profile(
         fixture.pid,
         &[
             "--duration",

@@ -15,7 +15,6 @@
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,7 @@ use super::otlp::{self, Exporter};
 
 mod scout;
 
-use super::profile::{Format, Request};
+use super::profile::Request;
 use super::{text, Failure, INTERRUPTED, SUMMARY_ASKED};
 use scout::{Found, Report, Scout};
 
@@ -420,7 +419,7 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
             ))
         }
         Some(_) => None,
-        None => Some(request.output_dir()?),
+        None => Some(request.outputs()?),
     };
     let period = 1_000_000_000 / u64::from(request.hz);
     let options = ProfileOptions::default()
@@ -542,20 +541,17 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
         }
         None => None,
     };
-    if let Some(dir) = files {
-        let format = request.fleet_format();
-        write_files(&mut fleet, &dir, format, &request.by)?;
+    if let Some(outputs) = files {
+        write_files(&mut fleet, &outputs, &request.by)?;
     }
     eprint!("{}", summary(&fleet, stats, started));
     Ok(())
 }
 
-/// Without an OTLP destination: each process's whole profile, as
-/// `<dir>/profile.<pid>.<extension>`.
+/// Without an OTLP destination: each process's whole profile, where `outputs` says.
 fn write_files(
     fleet: &mut Fleet,
-    dir: &std::path::Path,
-    format: Format,
+    outputs: &crate::output::Outputs,
     by: &str,
 ) -> Result<(), Failure> {
     let mut profiles = std::mem::take(&mut fleet.finished);
@@ -570,8 +566,8 @@ fn write_files(
             );
             continue;
         }
-        let path: PathBuf = dir.join(format!("profile.{}.{}", profile.pid, format.extension()));
-        super::profile::write(profile, format, &folded, &path)?;
+        let path = outputs.path(profile.pid);
+        super::profile::write(profile, outputs.format(), &folded, &path)?;
         eprintln!(
             "process {} ({service}): {} samples written to {}",
             profile.pid,
@@ -606,6 +602,14 @@ fn processes(n: u64) -> String {
     }
 }
 
+/// `1 scan`, `2 scans`: a count and its noun.
+fn count(n: u64, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    }
+}
+
 /// What was profiled and sent; on stderr at the end and on `SIGUSR1`.
 fn summary(fleet: &Fleet, export: Option<(String, otlp::Stats)>, started: Instant) -> String {
     let c = &fleet.counts;
@@ -629,9 +633,9 @@ fn summary(fleet: &Fleet, export: Option<(String, otlp::Stats)>, started: Instan
     let scans = fleet.scout.as_ref().map_or(0, Scout::scans);
     if fleet.hook.is_some() || scans > 0 {
         out.push_str(&format!(
-            "discovery: {} scans of /proc, {} publication events{}\n",
-            scans,
-            c.events,
+            "discovery: {} of /proc, {}{}\n",
+            count(scans, "scan"),
+            count(c.events, "publication event"),
             if fleet.hook.is_some() {
                 ""
             } else {
@@ -707,5 +711,7 @@ mod tests {
         assert!(start_time(std::process::id()).is_some());
         assert_eq!(processes(1), "1 process");
         assert_eq!(processes(3), "3 processes");
+        assert_eq!(count(1, "scan"), "1 scan");
+        assert_eq!(count(0, "publication event"), "0 publication events");
     }
 }
