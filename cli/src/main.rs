@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 mod output;
+mod schedule;
 
 /// Find and read the OpenTelemetry process contexts (OTEP 4719) and thread contexts
 /// (OTEP 4947) that processes on this host publish.

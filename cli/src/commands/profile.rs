@@ -23,6 +23,7 @@ use otel_ctx_reader::{
 
 use super::{catch_sigint, show, text, Failure, INTERRUPTED};
 use crate::output::Outputs;
+use crate::schedule::Schedule;
 
 /// How often, at most, the maps are read again while samples land outside every known
 /// module (a library loaded since): reading them takes the target's mmap lock.
@@ -397,8 +398,7 @@ pub fn run(request: &Request) -> Result<(), Failure> {
     let mut session = Session::open(request, pid, filter)?;
     let progress = !request.quiet && std::io::stderr().is_terminal();
     let started = Instant::now();
-    let period = Duration::from_secs(1) / request.hz;
-    let mut next = started;
+    let mut schedule = Schedule::new(started, request.hz);
     let mut last_progress = started;
     let forever = request.duration.is_zero();
     while (forever || started.elapsed() < request.duration) && !INTERRUPTED.load(Ordering::Relaxed)
@@ -417,13 +417,7 @@ pub fn run(request: &Request) -> Result<(), Failure> {
             eprint!("\r\x1b[K{}", progress_line(&session, started, request));
         }
         if !session.is_ebpf() {
-            next += period;
-            let now = Instant::now();
-            if next > now {
-                std::thread::sleep(next - now);
-            } else {
-                next = now;
-            }
+            schedule.sleep();
         }
     }
     if progress {

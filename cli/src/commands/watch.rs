@@ -11,13 +11,13 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::Ordering;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use otel_ctx_reader::{Error, SampleError, ThreadReader};
 use serde::Serialize;
 
 use super::{catch_sigint, json, out, show, text, threads, Failure, INTERRUPTED};
+use crate::schedule::Schedule;
 
 /// Bucket of a thread with no context attached.
 pub const NO_CONTEXT: &str = "(no context)";
@@ -548,9 +548,8 @@ pub fn run(
         eprintln!("otel-ctx: {note}");
     }
     let tty = !as_json && std::io::stdout().is_terminal();
-    let period = Duration::from_secs(1) / hz;
     let started = Instant::now();
-    let mut next = started;
+    let mut schedule = Schedule::new(started, hz);
     let mut screen = Screen::default();
     let mut last_draw = started;
     let mut ended_by = "time is up";
@@ -582,14 +581,7 @@ pub fn run(
             // `step` waited for the samples itself.
             continue;
         }
-        next += period;
-        let now = Instant::now();
-        if next > now {
-            thread::sleep(next - now);
-        } else {
-            // Behind schedule (many threads, a slow target): do not try to catch up.
-            next = now;
-        }
+        schedule.sleep();
     }
     if sampler.is_ebpf() {
         // The samples the BPF program took since the last wait: counted, without waiting.
