@@ -93,7 +93,7 @@ enum Command {
     /// (`.folded`) or an SVG flame graph (`.svg`).
     Profile(commands::profile::Request),
     /// Start a demo service that publishes contexts, and watch what a reader sees (a build
-    /// with the `demo` feature: `cargo install --path cli --features demo`).
+    /// with the `demo` feature: `cargo install --locked --path cli --features demo`).
     Demo {
         /// How long to run, such as `10s`, `500ms` or `2m`; Ctrl-C stops earlier.
         #[arg(long, default_value = "10s", value_parser = commands::parse_duration, allow_negative_numbers = true)]
@@ -178,7 +178,7 @@ fn main() -> ExitCode {
         #[cfg(not(feature = "demo"))]
         Command::Demo { .. } => Err(commands::Failure::usage(
             "this otel-ctx was built without the demo service, which links a writer and the \
-             OpenTelemetry SDK: build it with `--features demo` (cargo install --path cli \
+             OpenTelemetry SDK: build it with `--features demo` (cargo install --locked --path cli \
              --features demo)",
         )),
         #[cfg(feature = "demo")]

@@ -452,7 +452,7 @@ fn run_fleet(request: &Request, filter: Filter) -> Result<(), Failure> {
         let _ = filter;
         Err(Failure::usage(
             "this otel-ctx was built without the eBPF sampler (feature `ebpf`), which \
-             profile --all, --otlp and --otlp-file need: cargo install --path cli --features \
+             profile --all, --otlp and --otlp-file need: cargo install --locked --path cli --features \
              ebpf",
         ))
     }

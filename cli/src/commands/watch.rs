@@ -54,8 +54,8 @@ pub struct Sampler {
 /// The message of `--ebpf` in a build without the `ebpf` feature.
 #[cfg(not(feature = "ebpf"))]
 pub const NO_EBPF: &str = "this otel-ctx was built without the eBPF sampler: rebuild it with \
-                           `--features ebpf` (needs clang and libbpf-dev), or sample without \
-                           --ebpf (ptrace)";
+                           `--features ebpf` (cargo install --locked --path cli --features \
+                           ebpf; no C compiler needed), or sample without --ebpf (ptrace)";
 
 /// The bucket of a sample whose context has `value` for the grouping attribute `by`.
 fn value_bucket(by: &str, value: Option<&[u8]>) -> String {
