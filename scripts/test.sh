@@ -184,7 +184,7 @@ run_tests cargo test -p otel-ctx-opentelemetry --features context-observer
 run_tests cargo test -p otel-ctx --features demo
 cargo build -q -p otel-ctx-profile --target aarch64-unknown-linux-gnu
 
-step "a fresh project set up as the README says (outside the workspace, crates by path)"
+step "the README's install block, and fresh projects set up as it says (crates by path)"
 bash scripts/fresh-project.sh
 
 step "eBPF sampler (feature ebpf: root, BTF, tracefs; clang 19 to check the checked-in objects)"
@@ -194,8 +194,11 @@ RUSTDOCFLAGS="-D warnings" cargo doc -p otel-ctx-reader --features ebpf --no-dep
 cargo build -q -p otel-ctx-reader --features ebpf --examples
 cargo build -q -p otel-ctx-reader --features ebpf --target aarch64-unknown-linux-gnu
 run_tests cargo test -p otel-ctx-reader --features ebpf --lib --test ebpf_matrix --test sampler
+# With them: where profiles are written, the README's recipe, and the static binary of
+# scripts/build-static.sh (musl, with the eBPF sampler), built by that script (an
+# unoptimized release build: see the test).
 run_tests cargo test -p otel-ctx --features ebpf,demo --bin otel-ctx --test watch_ebpf --test profile_cli --test fleet_otlp \
-  --test symbols_cli --test perf_maps_cli
+  --test symbols_cli --test perf_maps_cli --test profile_outputs --test readme_recipe --test static_binary
 
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
 # Property tests under emulation: fewer cases (all 256 run natively above).

@@ -8,9 +8,10 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod commands;
+mod output;
 
 /// Find and read the OpenTelemetry process contexts (OTEP 4719) and thread contexts
 /// (OTEP 4947) that processes on this host publish.
@@ -34,6 +35,11 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// List each process the kernel would not show (pid 1 under a security module,
+        /// other users' processes without root), with what refused it; without it, a line
+        /// on stderr counts them.
+        #[arg(short, long)]
+        verbose: bool,
     },
     /// Show the whole process context of one process.
     Show {
@@ -86,7 +92,7 @@ enum Command {
     /// (`.folded`) or an SVG flame graph (`.svg`).
     Profile(commands::profile::Request),
     /// Start a demo service that publishes contexts, and watch what a reader sees (a build
-    /// with the `demo` feature: `cargo install --path cli --features demo`).
+    /// with the `demo` feature: `cargo install --locked --path cli --features demo`).
     Demo {
         /// How long to run, such as `10s`, `500ms` or `2m`; Ctrl-C stops earlier.
         #[arg(long, default_value = "10s", value_parser = commands::parse_duration, allow_negative_numbers = true)]
@@ -121,6 +127,20 @@ enum Command {
         #[arg(last = true, num_args = 1..)]
         command: Vec<String>,
     },
+    /// Print a shell's completion script, generated from this command line (the README's
+    /// "Install" says where each shell looks for it).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), or with --dir write one page per command there
+    /// (`otel-ctx.1`, `otel-ctx-profile.1`, ...): `man otel-ctx`.
+    Man {
+        /// The directory to write every page into (such as `~/.cargo/share/man/man1`,
+        /// which `man` searches when `~/.cargo/bin` is on the PATH); created if missing.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
     /// The demo service itself (started by `demo`).
     #[cfg(feature = "demo")]
     #[command(hide = true)]
@@ -131,7 +151,7 @@ fn main() -> ExitCode {
     commands::default_sigpipe();
     let args = Args::parse();
     let result = match args.command {
-        Command::Ps { json } => commands::ps::run(json),
+        Command::Ps { json, verbose } => commands::ps::run(json, verbose),
         Command::Show {
             pid,
             json,
@@ -157,7 +177,7 @@ fn main() -> ExitCode {
         #[cfg(not(feature = "demo"))]
         Command::Demo { .. } => Err(commands::Failure::usage(
             "this otel-ctx was built without the demo service, which links a writer and the \
-             OpenTelemetry SDK: build it with `--features demo` (cargo install --path cli \
+             OpenTelemetry SDK: build it with `--features demo` (cargo install --locked --path cli \
              --features demo)",
         )),
         #[cfg(feature = "demo")]
@@ -169,6 +189,8 @@ fn main() -> ExitCode {
             json,
             command,
         } => commands::check::run(pid, &command, wait, observe, json),
+        Command::Completions { shell } => completions(shell),
+        Command::Man { dir } => man(dir.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -177,6 +199,38 @@ fn main() -> ExitCode {
             ExitCode::from(failure.exit_code())
         }
     }
+}
+
+/// `otel-ctx completions <shell>`: the script clap_complete generates from [`Args`].
+fn completions(shell: clap_complete::Shell) -> Result<(), commands::Failure> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Args::command(), "otel-ctx", &mut script);
+    let mut script = String::from_utf8_lossy(&script).into_owned();
+    if shell == clap_complete::Shell::Bash {
+        // clap_complete 4.6 names the states of a hyphenated command two ways in its bash
+        // script, `otel__ctx__subcmd__profile` where it reads the words and
+        // `otel__subcmd__ctx__subcmd__profile` where it offers their options, so that no
+        // command's options would ever complete (clap-rs/clap#6421): the one name.
+        script = script.replace("otel__subcmd__ctx", "otel__ctx");
+    }
+    commands::out(&script)
+}
+
+/// `otel-ctx man`: the manual page clap_mangen generates from [`Args`], on stdout; with a
+/// directory, a page per command written there.
+fn man(dir: Option<&std::path::Path>) -> Result<(), commands::Failure> {
+    let Some(dir) = dir else {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(Args::command())
+            .render(&mut page)
+            .map_err(|e| commands::Failure::Unusable(format!("cannot render the page: {e}")))?;
+        return commands::out(&String::from_utf8_lossy(&page));
+    };
+    let cannot = |e: std::io::Error| {
+        commands::Failure::Unusable(format!("cannot write the pages in {}: {e}", dir.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(cannot)?;
+    clap_mangen::generate_to(Args::command(), dir).map_err(cannot)
 }
 
 #[cfg(test)]

@@ -378,3 +378,53 @@ fn the_program_output_stays_off_stdout() {
     let reader = BufReader::new(&out.stdout[..]);
     assert_eq!(reader.lines().count(), 1);
 }
+
+/// On a terminal, `check -- <program>` says what it waits for and how long, rewriting one
+/// line of stderr; off a terminal it says nothing while it waits. The terminal is
+/// util-linux's `script`, which runs the command on a pseudo-terminal and copies all it
+/// writes.
+#[test]
+fn on_a_terminal_the_wait_is_said() {
+    let command = format!(
+        "{} check --wait 2s --observe 0 -- sleep 30",
+        support::otel_ctx().display()
+    );
+    let out = Command::new("script")
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script (util-linux)");
+    // `sleep` publishes nothing: pc.found fails, exit status 1.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let screen = text(&out.stdout);
+    for said in [
+        "otel-ctx check: waiting for sleep (pid ",
+        ") to publish a process context: 0s of at most 2s (--wait)",
+        ") to publish a process context: 1s of at most 2s (--wait)",
+        "otel-ctx check: stopping sleep (its stdin closed, then SIGTERM after 1s, SIGKILL 2s later)",
+    ] {
+        assert!(screen.contains(said), "{said:?} not in:\n{screen}");
+    }
+    // Each line is cleared before the report.
+    assert!(
+        screen.contains("\r\x1b[Kotel-ctx check: process "),
+        "{screen}"
+    );
+
+    let plain = run(&[
+        "check",
+        "--wait",
+        "1s",
+        "--observe",
+        "0",
+        "--",
+        "sleep",
+        "30",
+    ]);
+    assert_eq!(plain.status.code(), Some(1));
+    assert!(
+        !text(&plain.stderr).contains("waiting for"),
+        "{}",
+        text(&plain.stderr)
+    );
+}

@@ -343,15 +343,11 @@ fn bad_usage_exits_2() {
     );
 }
 
-#[test]
-fn permission_denied_names_what_is_needed() {
-    if !rustix::process::geteuid().is_root() {
-        println!("not root: cannot drop to another uid, so this case is not exercised here");
-        return;
-    }
-    // The tool as another user runs it: a copy in a folder anyone may enter (the build's
-    // own folder may not be, e.g. under a `mktemp -d` checkout).
-    let dir = std::env::temp_dir().join(format!("otel-ctx-as-nobody-{}", std::process::id()));
+/// The tool as another user runs it: a copy in a folder anyone may enter (the build's own
+/// folder may not be, e.g. under a `mktemp -d` checkout). The folder and the copy.
+fn copy_for_every_user(test: &str) -> (PathBuf, PathBuf) {
+    let dir =
+        std::env::temp_dir().join(format!("otel-ctx-as-nobody-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a folder for the copy");
     let tool = dir.join("otel-ctx");
     std::fs::copy(otel_ctx(), &tool).expect("copy otel-ctx");
@@ -359,6 +355,70 @@ fn permission_denied_names_what_is_needed() {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
             .expect("make it reachable by every user");
     }
+    (dir, tool)
+}
+
+/// Processes the kernel will not show (here, as uid 65534, every other user's: pid 1 at
+/// least) are counted in one line on stderr, not listed on every run; `-v` lists them.
+#[test]
+fn ps_counts_the_processes_it_may_not_read_and_lists_them_with_v() {
+    if !rustix::process::geteuid().is_root() {
+        println!("not root: cannot drop to another uid, so this case is not exercised here");
+        return;
+    }
+    let (dir, tool) = copy_for_every_user("ps");
+    let ps = |extra: &[&str]| {
+        Command::new(&tool)
+            .arg("ps")
+            .args(extra)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("run otel-ctx ps as uid 65534")
+    };
+    let (quiet, verbose) = (ps(&[]), ps(&["-v"]));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(quiet.status.success() && verbose.status.success());
+    let stderr = text(&quiet.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("otel-ctx: ")
+            && lines[0].ends_with(
+                "not checked (the kernel refused to show their maps; -v says which and why)"
+            ),
+        "{stderr}"
+    );
+    let refused = support::number_before(lines[0], "processes not checked");
+    assert!(refused >= 1, "{stderr}");
+    // The table is the same either way.
+    assert_eq!(
+        text(&quiet.stdout).lines().next(),
+        text(&verbose.stdout).lines().next()
+    );
+
+    let listed = text(&verbose.stderr);
+    let mut lines = listed.lines();
+    let heading = lines.next().expect("a heading");
+    assert!(
+        heading.ends_with("(the kernel refused to show their maps):"),
+        "{listed}"
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert!(
+        rows.iter()
+            .any(|row| row.starts_with("  1 (") && row.contains("belongs to another user")),
+        "pid 1 with what refused it:\n{listed}"
+    );
+}
+
+#[test]
+fn permission_denied_names_what_is_needed() {
+    if !rustix::process::geteuid().is_root() {
+        println!("not root: cannot drop to another uid, so this case is not exercised here");
+        return;
+    }
+    let (dir, tool) = copy_for_every_user("show");
     let publisher = Publisher::start();
     let out = Command::new(&tool)
         .args(["show", &publisher.pid().to_string()])

@@ -1,6 +1,7 @@
 // A service that publishes its process context and keeps its thread's context on the
 // request it serves, through the C ABI (libotel_ctx_ffi).
 #define _POSIX_C_SOURCE 199309L  // clock_gettime
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <time.h>
@@ -15,7 +16,12 @@ static void work(long ms) {  // a stand-in for the request's work
   while ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 < ms);
 }
 
+static volatile sig_atomic_t stopping;
+static void stop(int number) { stopping = number; }
+
 int main(void) {
+  signal(SIGINT, stop);                                                 // Ctrl-C
+  signal(SIGTERM, stop);                                                // kill, systemctl stop
   otel_process_ctx_data data = {.deployment_environment_name = "prod", .service_instance_id = "i-1",
       .service_name = "checkout", .service_version = "1.4.2", .telemetry_sdk_language = "c",
       .telemetry_sdk_version = "0.1.0", .telemetry_sdk_name = "my-sdk"};
@@ -27,8 +33,8 @@ int main(void) {
   otel_thread_ctx_attr attrs[] = {{route, "/cart"}};
   otel_thread_ctx *ctx = otel_thread_ctx_new(trace_id, span_id, 0x01, attrs, 1).context;
   otel_thread_ctx_attach(ctx);                                          // no allocation
-  for (int request = 0; request < 3000; request++) {                    // 30 seconds
-    span_id[7] = (uint8_t)request;
+  for (uint8_t request = 0; !stopping; request++) {                     // until stopped
+    span_id[7] = request;
     otel_thread_ctx_update(trace_id, span_id, 0x01, attrs, 1);          // in place
     otel_thread_ctx_append(method, "GET");                              // one more, in place
     work(10);

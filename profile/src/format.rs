@@ -25,16 +25,27 @@ impl Format {
     /// The format a file's name asks for: `.pb.gz` (or `.pb`, `.pprof`), `.folded` (or
     /// `.txt`), `.svg`.
     pub fn of_path(path: &Path) -> Option<Self> {
-        let name = path.file_name()?.to_str()?;
-        if name.ends_with(".pb.gz") || name.ends_with(".pb") || name.ends_with(".pprof") {
-            Some(Self::Pprof)
-        } else if name.ends_with(".folded") || name.ends_with(".txt") {
-            Some(Self::Folded)
-        } else if name.ends_with(".svg") {
-            Some(Self::Svg)
-        } else {
-            None
-        }
+        Self::of_name(path).map(|(format, _)| format)
+    }
+
+    /// The format a file's name asks for, with the extension that says it (its dot
+    /// included), when the name is more than that extension.
+    pub fn of_name(path: &Path) -> Option<(Self, &'static str)> {
+        use std::os::unix::ffi::OsStrExt;
+        // Longest first: `.pb.gz` before `.pb`.
+        const EXTENSIONS: [(&str, Format); 6] = [
+            (".pb.gz", Format::Pprof),
+            (".pprof", Format::Pprof),
+            (".pb", Format::Pprof),
+            (".folded", Format::Folded),
+            (".txt", Format::Folded),
+            (".svg", Format::Svg),
+        ];
+        let name = path.file_name()?.as_bytes();
+        EXTENSIONS
+            .into_iter()
+            .find(|(ext, _)| name.len() > ext.len() && name.ends_with(ext.as_bytes()))
+            .map(|(extension, format)| (format, extension))
     }
 
     /// The extension of its files, without the dot.
@@ -105,6 +116,11 @@ mod tests {
             assert_eq!(Format::of_path(Path::new(name)), Some(format), "{name}");
         }
         assert_eq!(Format::of_path(Path::new("cpu.data")), None);
+        assert_eq!(Format::of_path(Path::new(".svg")), None);
+        assert_eq!(
+            Format::of_name(Path::new("dir/cpu.pb.gz")),
+            Some((Format::Pprof, ".pb.gz"))
+        );
         assert_eq!("svg".parse(), Ok(Format::Svg));
         assert!("png"
             .parse::<Format>()

@@ -2,6 +2,7 @@
 //! process, or against a program it starts, and prints one line (or JSON object) per rule.
 
 use std::fmt::Write as _;
+use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -18,6 +19,42 @@ use super::{json, out, Failure};
 const STDIN_GRACE: Duration = Duration::from_secs(1);
 /// How long it has to exit after SIGTERM, before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// What the check is doing, on one line of a terminal's stderr (rewritten in place and
+/// cleared at the end): a program that never publishes would otherwise leave the screen
+/// silent for the whole `--wait`.
+struct Progress {
+    on: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            on: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn say(&self, line: &str) {
+        if self.on {
+            eprint!("\r\x1b[K{line}");
+        }
+    }
+
+    fn clear(&self) {
+        if self.on {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// `10s`, `1.5s`, `250ms`: a wait as the options give it.
+fn seconds(d: Duration) -> String {
+    match d.as_millis() {
+        ms if ms < 1000 => format!("{ms}ms"),
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        _ => format!("{:.1}s", d.as_secs_f64()),
+    }
+}
 
 /// How a started program ended.
 struct Stopped {
@@ -172,12 +209,29 @@ fn make(
         observe,
         ..CheckOptions::default()
     };
+    let progress = Progress::new();
     let (report, program) = match pid {
-        Some(pid) => (check(pid, &options).map_err(|e| e.to_string())?, None),
+        Some(pid) => {
+            progress.say(&format!(
+                "otel-ctx check: watching process {pid} for {} (--observe)",
+                seconds(observe)
+            ));
+            let report = check(pid, &options);
+            progress.clear();
+            (report.map_err(|e| e.to_string())?, None)
+        }
         None => {
             let mut program = Program::start(command)?;
-            let report = check_program(&mut program, wait, &options);
+            let report = check_program(&mut program, wait, &options, &progress);
+            progress.say(&format!(
+                "otel-ctx check: stopping {} (its stdin closed, then SIGTERM after {}, \
+                 SIGKILL {} later)",
+                program.argv[0],
+                seconds(STDIN_GRACE),
+                seconds(TERM_GRACE)
+            ));
             let stopped = program.stop();
+            progress.clear();
             let report = report.map_err(|e| match stopped.status {
                 Some(status) => format!("{e} ({status})"),
                 None => e,
@@ -193,10 +247,29 @@ fn check_program(
     program: &mut Program,
     wait: Duration,
     options: &CheckOptions,
+    progress: &Progress,
 ) -> Result<Report, String> {
     let pid = program.pid();
     let name = program.argv[0].clone();
-    let appeared = wait_for_context(pid, wait, &mut || program.exited().is_none());
+    let started = Instant::now();
+    let mut shown = None;
+    let appeared = wait_for_context(pid, wait, &mut || {
+        // Once a second: how long it has waited, of how long it will.
+        let waited = started.elapsed().as_secs();
+        if shown != Some(waited) {
+            shown = Some(waited);
+            progress.say(&format!(
+                "otel-ctx check: waiting for {name} (pid {pid}) to publish a process \
+                 context: {waited}s of at most {} (--wait)",
+                seconds(wait)
+            ));
+        }
+        program.exited().is_none()
+    });
+    progress.say(&format!(
+        "otel-ctx check: watching {name} (pid {pid}) for {} (--observe)",
+        seconds(options.observe)
+    ));
     if program.exited().is_some() {
         return Err(format!(
             "{name} ended before its process context could be checked"
@@ -255,4 +328,113 @@ fn document<'a>(
         exit_code: stopped.status.and_then(|s| s.code()),
         signal: stopped.status.and_then(|s| s.signal()),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use otel_ctx_conformance::{RuleId, RuleResult};
+
+    fn report() -> Report {
+        Report {
+            pid: 42,
+            comm: "app \"x\"".into(),
+            observed_for: Duration::from_millis(1500),
+            results: vec![
+                RuleResult {
+                    rule: RuleId::PcFound,
+                    status: Status::Pass,
+                    observed: "/memfd:OTEL_CTX (deleted) at 0x1000".into(),
+                },
+                RuleResult {
+                    rule: RuleId::PcHeaderVersion,
+                    status: Status::Fail,
+                    observed: "3: readers\nrequire 2".into(),
+                },
+            ],
+            skipped_modules: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn waits_as_the_options_give_them() {
+        assert_eq!(seconds(Duration::from_secs(10)), "10s");
+        assert_eq!(seconds(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(seconds(Duration::from_millis(250)), "250ms");
+        assert_eq!(seconds(Duration::ZERO), "0ms");
+    }
+
+    #[test]
+    fn text_lines() {
+        let out = text(&report(), None);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0],
+            "otel-ctx check: process 42 (app \"x\"), watched for 1.50s"
+        );
+        assert!(lines[1].starts_with("PASS  pc.found "), "{}", lines[1]);
+        assert!(
+            lines[1].ends_with("  [OTEP 4719 §Reading Protocol 1]"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[2].contains("3: readers require 2"), "{}", lines[2]);
+        assert_eq!(lines[3], "2 rules: 1 PASS, 0 WARN, 1 FAIL, 0 SKIP");
+    }
+
+    #[test]
+    fn json_document() {
+        let stopped = Stopped {
+            how: "sigterm",
+            status: None,
+        };
+        let program = (vec!["./app".into()], stopped);
+        let report = report();
+        let doc = serde_json::to_string(&document(&report, Some(&program))).unwrap();
+        assert!(doc.starts_with(
+            "{\"pid\":42,\"comm\":\"app \\\"x\\\"\",\"command\":{\"argv\":[\"./app\"],\"stopped\":\"sigterm\",\"exit_code\":null,\"signal\":null},\"observed_ms\":1500,\"passed\":false,\"summary\":{\"pass\":1,\"warn\":0,\"fail\":1,\"skip\":0},\"results\":[{\"id\":\"pc.found\",\"status\":\"pass\""
+        ), "{doc}");
+        assert!(
+            doc.contains("\"observed\":\"3: readers\\nrequire 2\"}],\"skipped_modules\":[]}"),
+            "{doc}"
+        );
+    }
+
+    #[test]
+    fn json_shape() {
+        let report = report();
+        let mut rule_keys = ["id", "status", "reference", "title", "observed"].repeat(2);
+        let mut expected = vec!["pid", "comm", "command", "observed_ms", "passed", "summary"];
+        expected.extend(["pass", "warn", "fail", "skip", "results"]);
+        expected.append(&mut rule_keys);
+        expected.push("skipped_modules");
+
+        let with_pid = serde_json::to_string(&document(&report, None)).unwrap();
+        assert_eq!(json::keys(&with_pid), expected);
+        let back: serde_json::Value = serde_json::from_str(&with_pid).unwrap();
+        assert!(back["command"].is_null(), "{with_pid}");
+        assert_eq!(back["results"][1]["status"], "fail");
+        assert_eq!(
+            back["results"][1]["reference"],
+            RuleId::PcHeaderVersion.reference()
+        );
+
+        let program = (
+            vec!["./app".into(), "--port".into()],
+            Stopped {
+                how: "stdin_closed",
+                status: Some(ExitStatus::from_raw(3 << 8)),
+            },
+        );
+        let with_command = serde_json::to_string(&document(&report, Some(&program))).unwrap();
+        let command_keys = ["argv", "stopped", "exit_code", "signal"];
+        expected.splice(3..3, command_keys);
+        assert_eq!(json::keys(&with_command), expected);
+        let back: serde_json::Value = serde_json::from_str(&with_command).unwrap();
+        assert_eq!(
+            back["command"],
+            serde_json::json!({"argv": ["./app", "--port"], "stopped": "stdin_closed",
+                               "exit_code": 3, "signal": null})
+        );
+    }
 }

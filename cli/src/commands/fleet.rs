@@ -11,18 +11,18 @@
 //! a process context but no thread context is profiled with its stacks alone.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use otel_ctx_profile::export::{self, Exporter};
 use otel_ctx_profile::otlp::OtlpScope;
-use otel_ctx_profile::{Filter, FleetOptions, FleetProfiler, FoldedOptions, Format, Profile};
+use otel_ctx_profile::{Filter, FleetOptions, FleetProfiler, FoldedOptions, Profile};
 use otel_ctx_reader::Method;
 
 use super::otlp;
 use super::profile::Request;
 use super::{sampler_failure, text, Failure, INTERRUPTED, SUMMARY_ASKED};
+use crate::output::Outputs;
 
 /// How long a step of the loop lasts at most.
 const TICK: Duration = Duration::from_millis(100);
@@ -50,7 +50,7 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
             ))
         }
         Some(_) => None,
-        None => Some(request.output_dir()?),
+        None => Some(request.outputs()?),
     };
     super::catch_signals().map_err(Failure::Unusable)?;
     let mut session = request.session(filter);
@@ -133,22 +133,15 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
         }
         None => None,
     };
-    if let Some(dir) = files {
-        let format = request.fleet_format();
-        write_files(fleet.profiles(), &dir, format, &request.by)?;
+    if let Some(outputs) = files {
+        write_files(fleet.profiles(), &outputs, &request.by)?;
     }
     eprint!("{}", summary(&fleet, stats, started));
     Ok(())
 }
 
-/// Without an OTLP destination: each process's whole profile, as
-/// `<dir>/profile.<pid>.<extension>`.
-fn write_files(
-    profiles: Vec<Profile>,
-    dir: &std::path::Path,
-    format: Format,
-    by: &str,
-) -> Result<(), Failure> {
+/// Without an OTLP destination: each process's whole profile, where `outputs` says.
+fn write_files(profiles: Vec<Profile>, outputs: &Outputs, by: &str) -> Result<(), Failure> {
     let folded = FoldedOptions::default().with_by(Some(by.to_owned()));
     for profile in &profiles {
         let service = profile.service_name.as_deref().unwrap_or("no service.name");
@@ -159,8 +152,8 @@ fn write_files(
             );
             continue;
         }
-        let path: PathBuf = dir.join(format!("profile.{}.{}", profile.pid, format.extension()));
-        super::profile::write(profile, format, &folded, &path)?;
+        let path = outputs.path(profile.pid);
+        super::profile::write(profile, outputs.format(), &folded, &path)?;
         eprintln!(
             "process {} ({service}): {} samples written to {}",
             profile.pid,

@@ -23,19 +23,20 @@ use otel_ctx_reader::thread::DEFAULT_STACK_SIZE;
 use otel_ctx_reader::{Following, Method, SamplerOptions};
 
 use super::{catch_sigint, text, Failure, INTERRUPTED};
+use crate::output::Outputs;
 
 /// `--max-processes` when not given: as many as the eBPF sampler has room for.
 pub const DEFAULT_MAX_PROCESSES: usize = 1024;
 
 /// What `profile` was asked for.
 #[derive(Clone, Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("process").required(true).args(["pid", "all"])))]
 pub struct Request {
-    /// The process id (or `--all`).
-    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    /// The process id (`otel-ctx ps` lists those that publish), or `--all`.
     pub pid: Option<u32>,
     /// Profile every process on the host that publishes a process context, and those
     /// that start publishing while it runs (eBPF only). Without --otlp or --otlp-file,
-    /// writes one profile per process into the -o directory at the end.
+    /// writes one profile per process at the end, as -o says.
     #[arg(long)]
     pub all: bool,
     /// How long to sample, such as `10s`; 0 runs until SIGTERM or Ctrl-C. Either stops
@@ -51,10 +52,13 @@ pub struct Request {
     /// Keep only the samples of this trace (32 hex digits).
     #[arg(long)]
     pub trace: Option<String>,
-    /// Where to write (`-`: standard output); default `profile.<pid>.pb.gz`.
+    /// Where to write (`-`: standard output); default `profile.<pid>.pb.gz`. A directory
+    /// (one that exists, or a name ending in `/`) gets `profile.<pid>.<ext>`; with --all,
+    /// a file name gets the process id before its extension (`out.svg`: `out.<pid>.svg`).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
-    /// The format, when the output's name does not say it: pprof, folded or svg.
+    /// The format of every file, when the output's name does not say it: pprof (the
+    /// default), folded (the default on standard output) or svg.
     #[arg(long, value_parser = parse_format)]
     pub format: Option<Format>,
     /// Sample with ptrace (stopping each running thread) instead of eBPF.
@@ -66,7 +70,7 @@ pub struct Request {
     /// Bytes of each sample's stack to copy for unwinding (at most 65536).
     #[arg(long, default_value_t = DEFAULT_STACK_SIZE)]
     pub stack_size: usize,
-    /// No progress line, and the summary on stderr (as `demo --profile` runs it).
+    /// No progress line (as `demo --profile` runs it).
     #[arg(long, hide = true)]
     pub quiet: bool,
     /// Send the profiles to an OpenTelemetry Collector as OTLP profiles over HTTP/protobuf
@@ -121,48 +125,18 @@ impl Request {
             .with_profile(profile)
     }
 
-    /// With `--all` (and no OTLP destination): the directory `-o` names (created if
-    /// missing; default the current one), where `profile.<pid>.<ext>` files go.
-    #[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
-    pub fn output_dir(&self) -> Result<PathBuf, Failure> {
-        let dir = self.output.clone().unwrap_or_else(|| PathBuf::from("."));
-        if dir.as_os_str() == "-" {
-            return Err(Failure::usage(
-                "-o -: with --all, -o names a directory for one file per process",
-            ));
+    /// Where the profiles go and in which format, by the rule of [`crate::output`]; the
+    /// directory they go into is created when missing.
+    pub fn outputs(&self) -> Result<Outputs, Failure> {
+        let output = self.output.as_deref();
+        let is_dir = output.is_some_and(Path::is_dir);
+        let outputs =
+            Outputs::new(output, self.format, self.all, is_dir).map_err(Failure::Unusable)?;
+        if let Some(dir) = outputs.directory() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Failure::Unusable(format!("cannot create {}: {e}", dir.display())))?;
         }
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Failure::Unusable(format!("cannot create {}: {e}", dir.display())))?;
-        Ok(dir)
-    }
-
-    /// With `--all`: the format of the files, `--format` or pprof.
-    #[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
-    pub fn fleet_format(&self) -> Format {
-        self.format.unwrap_or(Format::Pprof)
-    }
-
-    /// The output path and its format: the format asked for, else the one its name
-    /// says, else pprof (and `profile.<pid>.pb.gz` when no output is named).
-    fn output(&self, pid: u32) -> Result<(PathBuf, Format), Failure> {
-        match (&self.output, self.format) {
-            (Some(path), Some(format)) => Ok((path.clone(), format)),
-            (Some(path), None) if path.as_os_str() == "-" => Ok((path.clone(), Format::Folded)),
-            (Some(path), None) => match Format::of_path(path) {
-                Some(format) => Ok((path.clone(), format)),
-                None => Err(Failure::usage(format!(
-                    "-o {}: name it .pb.gz, .folded or .svg, or give --format",
-                    path.display()
-                ))),
-            },
-            (None, format) => {
-                let format = format.unwrap_or(Format::Pprof);
-                Ok((
-                    PathBuf::from(format!("profile.{pid}.{}", format.extension())),
-                    format,
-                ))
-            }
-        }
+        Ok(outputs)
     }
 }
 
@@ -192,7 +166,8 @@ pub fn run(request: &Request) -> Result<(), Failure> {
         Some(pid) if !fleet => pid,
         _ => return run_fleet(request, filter),
     };
-    let (path, format) = request.output(pid)?;
+    let outputs = request.outputs()?;
+    let (path, format) = (outputs.path(pid), outputs.format());
     catch_sigint().map_err(Failure::Unusable)?;
     let mut session =
         ProcessProfiler::start(pid, request.session(filter)).map_err(super::sampler_failure)?;
@@ -255,8 +230,8 @@ fn run_fleet(request: &Request, filter: Filter) -> Result<(), Failure> {
         let _ = filter;
         Err(Failure::usage(
             "this otel-ctx was built without the eBPF sampler (feature `ebpf`), which \
-             profile --all, --otlp and --otlp-file need: cargo install --path cli --features \
-             ebpf",
+             profile --all, --otlp and --otlp-file need: cargo install --locked --path cli \
+             --features ebpf",
         ))
     }
 }
@@ -432,29 +407,16 @@ mod tests {
     #[test]
     fn outputs_and_formats() {
         let mut r = request(42);
-        assert_eq!(
-            r.output(42).unwrap(),
-            (PathBuf::from("profile.42.pb.gz"), Format::Pprof)
-        );
-        r.format = Some(Format::Svg);
-        assert_eq!(
-            r.output(42).unwrap(),
-            (PathBuf::from("profile.42.svg"), Format::Svg)
-        );
-        r.format = None;
-        for (name, format) in [
-            ("cpu.pb.gz", Format::Pprof),
-            ("x.folded", Format::Folded),
-            ("flame.svg", Format::Svg),
-            ("-", Format::Folded),
-        ] {
-            r.output = Some(PathBuf::from(name));
-            assert_eq!(r.output(42).unwrap().1, format, "{name}");
-        }
+        let outputs = r.outputs().unwrap();
+        assert_eq!(outputs.path(42), PathBuf::from("profile.42.pb.gz"));
+        assert_eq!(outputs.format(), Format::Pprof);
         r.output = Some(PathBuf::from("cpu.data"));
-        assert!(r.output(42).unwrap_err().to_string().contains("--format"));
-        r.format = Some(Format::Pprof);
-        assert_eq!(r.output(42).unwrap().1, Format::Pprof);
+        assert!(r.outputs().unwrap_err().to_string().contains("--format"));
+        r.all = true;
+        r.output = Some(PathBuf::from("flame.svg"));
+        let outputs = r.outputs().unwrap();
+        assert_eq!(outputs.path(7), PathBuf::from("flame.7.svg"));
+        assert_eq!(outputs.format(), Format::Svg);
     }
 
     #[test]

@@ -16,9 +16,10 @@ fn schema(s: &Snapshot) -> Option<&str> {
         .and_then(|tl| tl.schema_version.as_deref())
 }
 
-/// Runs `ps`. Processes whose maps the kernel would not show are listed on stderr with
-/// what refused them; they do not change the exit status.
-pub fn run(as_json: bool) -> Result<(), Failure> {
+/// Runs `ps`. Processes whose maps the kernel would not show do not change the exit
+/// status: a line on stderr counts them (the same ones on every run, such as pid 1 under a
+/// security module), and `verbose` lists each with what refused it.
+pub fn run(as_json: bool, verbose: bool) -> Result<(), Failure> {
     let result = scan().map_err(|e| Failure::Unusable(format!("cannot list /proc: {e}")))?;
     let now = boottime_ns();
     if as_json {
@@ -27,22 +28,26 @@ pub fn run(as_json: bool) -> Result<(), Failure> {
         out(&to_text(&result, now))?;
     }
     if !result.denied.is_empty() {
-        eprint!("{}", denied_text(&result.denied));
+        eprint!("{}", denied_text(&result.denied, verbose));
     }
     Ok(())
 }
 
-/// The note on processes the kernel would not let this reader look at: each with what
-/// refused it.
-fn denied_text(denied: &[u32]) -> String {
-    let mut note = format!(
-        "otel-ctx: {} could not be checked (the kernel refused to show its maps):\n",
-        if denied.len() == 1 {
-            "1 process".to_owned()
-        } else {
-            format!("{} processes", denied.len())
-        }
-    );
+/// The note on processes the kernel would not let this reader look at: their number, or
+/// with `verbose` each with what refused it.
+fn denied_text(denied: &[u32], verbose: bool) -> String {
+    let (count, its) = match denied.len() {
+        1 => ("1 process".to_owned(), "its"),
+        n => (format!("{n} processes"), "their"),
+    };
+    if !verbose {
+        return format!(
+            "otel-ctx: {count} not checked (the kernel refused to show {its} maps; -v says \
+             which and why)\n"
+        );
+    }
+    let mut note =
+        format!("otel-ctx: {count} not checked (the kernel refused to show {its} maps):\n");
     for &pid in denied {
         let name = comm(pid).unwrap_or_default();
         let _ = writeln!(note, "  {pid} ({name}): {}", diagnose(pid));
@@ -191,6 +196,25 @@ mod tests {
         "threadlocal.schema_version",
         "error",
     ];
+
+    #[test]
+    fn refused_processes_counted_in_one_line() {
+        assert_eq!(
+            denied_text(&[1, 2, 3], false),
+            "otel-ctx: 3 processes not checked (the kernel refused to show their maps; -v \
+             says which and why)\n"
+        );
+        assert!(denied_text(&[1], false).starts_with("otel-ctx: 1 process not checked"));
+        let pid = std::process::id();
+        let listed = denied_text(&[pid], true);
+        let lines: Vec<&str> = listed.lines().collect();
+        assert_eq!(
+            lines[0],
+            "otel-ctx: 1 process not checked (the kernel refused to show its maps):"
+        );
+        assert!(lines[1].starts_with(&format!("  {pid} (")), "{listed}");
+        assert_eq!(lines.len(), 2, "{listed}");
+    }
 
     #[test]
     fn unreadable_process_shape() {

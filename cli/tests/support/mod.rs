@@ -101,6 +101,11 @@ impl Drop for DemoService {
     }
 }
 
+/// Builds the binary `bin` of `package` through cargo and returns its path.
+pub fn binary(package: &str, bin: &str) -> PathBuf {
+    build(&["build", "-p", package, "--bin", bin], bin)
+}
+
 /// Builds `example` of `package` through cargo and returns its path.
 pub fn example(package: &str, example: &str) -> PathBuf {
     build(&["build", "-p", package, "--example", example], example)

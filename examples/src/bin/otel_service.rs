@@ -1,6 +1,7 @@
 //! A service traced with the OpenTelemetry SDK, set up as the README's "Rust, with the
 //! OpenTelemetry SDK" section says: the context observer and the provider's `Resource`.
 
+use std::hash::{BuildHasher, RandomState};
 use std::time::{Duration, Instant};
 
 use opentelemetry::trace::{Span, TraceContextExt, Tracer, TracerProvider};
@@ -20,20 +21,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tracer = provider.tracer("checkout");
     let route = otel_ctx_opentelemetry::register("http.route")?;
 
-    // A stand-in for the service's work: requests of two routes, for 30 seconds.
-    let end = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < end {
+    // A stand-in for the service's work, until it is stopped (Ctrl-C): requests of two
+    // routes, the same work for each, of a random length from 1 to 9 ms.
+    let random = RandomState::new();
+    loop {
+        let work = Duration::from_millis(1 + random.hash_one(Instant::now()) % 9);
         for path in ["/cart", "/checkout"] {
             let mut span = tracer.start("request");
             span.set_attribute(KeyValue::new("http.route", path));
             let cx = Context::current_with_span(span).with_thread_attribute(route, path);
             let _attached = cx.attach();
             let started = Instant::now();
-            while started.elapsed() < Duration::from_millis(5) {
+            while started.elapsed() < work {
                 std::hint::spin_loop();
             }
         }
     }
-    provider.shutdown()?;
-    Ok(())
 }
