@@ -27,6 +27,10 @@
 //!   registers and the top of the stack too, for a profiler to unwind) allocate nothing.
 //! - `EbpfSampler` (feature `ebpf`): the same samples taken by a BPF program at CPU-clock
 //!   ticks, without stopping threads, of one process or of many with one program.
+//! - [`python`]: CPython 3.11, 3.13 and 3.14's own frames in the target
+//!   ([`PythonProcess`]: the interpreter, each thread's frame chain, the code objects'
+//!   names), walked while a thread is stopped
+//!   ([`ThreadReader::sample_with_python_into`]) or by the eBPF sampler's program.
 //! - [`ProcessMaps`]: one pass over `/proc/<pid>/maps` (the context's mapping and the mapped
 //!   files), shared by the readers; [`files`] opens the mapped files as hostile input.
 //! - The errors, each with a message that says what to do: [`Error`], [`ThreadError`],
@@ -48,6 +52,7 @@ pub mod maps;
 pub mod memory;
 pub mod process;
 pub mod procfs;
+pub mod python;
 mod sys;
 pub mod thread;
 
@@ -69,6 +74,7 @@ pub use process::{
     ReaderOptions, Scan, ScanEntry, Snapshot, DEFAULT_MAX_ATTEMPTS,
 };
 pub use procfs::{comm, pids, thread_ids};
+pub use python::{PythonError, PythonFrame, PythonProcess, PythonStack, PythonVersion};
 pub use thread::tls::{
     AccessModel, Libc, Machine, PtraceError, Resolution, SampleError, SkipReason, SkippedModule,
     SymbolTable, TlsError,

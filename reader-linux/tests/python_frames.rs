@@ -1,0 +1,95 @@
+//! The Python frame walk against real interpreters (Debian's 3.11, trixie's 3.13 and
+//! sid's 3.14 in a chroot), with thread contexts published through the C ABI and by
+//! ddtrace: every worker, stopped with ptrace, shows its chain of Python functions with
+//! its route.
+
+#[path = "python_support/mod.rs"]
+mod python_support;
+
+use otel_ctx_reader::{
+    ProcessMaps, PythonProcess, PythonStack, RecordBuffer, StackBuffer, ThreadReader,
+};
+use python_support::{shows_chain, start, Publisher, Runtime};
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Samples each worker `rounds` times with ptrace and checks that at least 80% of the
+/// samples show the chain, in order, with the worker's route.
+fn walks(runtime: Runtime, publisher: Publisher) {
+    let target = start(runtime, publisher);
+    let maps = ProcessMaps::read(target.pid).expect("maps");
+    let mut python = PythonProcess::find(&maps)
+        .unwrap_or_else(|e| panic!("{}: {e}", target.label))
+        .unwrap_or_else(|| panic!("{}: no interpreter found", target.label));
+    assert_eq!(python.version().minor, runtime.minor(), "{}", target.label);
+    let mut reader = ThreadReader::open(target.pid).expect("the thread contexts");
+    let (mut record, mut stack, mut frames) = (
+        RecordBuffer::new(),
+        StackBuffer::default(),
+        PythonStack::new(),
+    );
+    let rounds = 40;
+    let mut good = 0;
+    for _ in 0..rounds {
+        for (n, &tid) in target.workers.iter().enumerate() {
+            let (_, context, walked) = reader
+                .sample_with_python_into(tid, &mut record, &mut stack, &python, &mut frames)
+                .expect("a sample");
+            walked.unwrap_or_else(|e| panic!("{}: the walk: {e}", target.label));
+            let route = context.as_ref().and_then(|c| {
+                c.attribute("http.route")
+                    .map(|r| String::from_utf8_lossy(r).into_owned())
+            });
+            let trace = context.as_ref().map(|c| hex(&c.trace_id()));
+            let names: Vec<String> = frames
+                .frames()
+                .iter()
+                .rev()
+                .filter_map(|f| match python.frame_info(f) {
+                    Ok(info) => Some(Ok(info.code.qualname.to_string())),
+                    Err(otel_ctx_reader::PythonError::Incomplete) => None,
+                    Err(e) => Some(Err(e)),
+                })
+                .collect::<Result<_, _>>()
+                .unwrap_or_else(|e| panic!("{}: a name: {e}", target.label));
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            if shows_chain(&names) && target.labels_match(n, trace.as_deref(), route.as_deref()) {
+                good += 1;
+            } else {
+                eprintln!("{}: worker {n}: {names:?} {route:?}", target.label);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let total = rounds * target.workers.len();
+    assert!(
+        good * 100 >= total * 80,
+        "{}: {good} of {total} samples show the chain with the route",
+        target.label
+    );
+    // Lines come from the location tables: the leaf's line is inside its function.
+    let cache = python.code_cache();
+    assert!(cache.len() >= 4 && cache.bytes() > 0, "{}", target.label);
+}
+
+#[test]
+fn python_311_with_the_c_abi() {
+    walks(Runtime::Bookworm311, Publisher::Ffi);
+}
+
+#[test]
+fn python_311_with_ddtrace() {
+    walks(Runtime::Bookworm311, Publisher::Ddtrace);
+}
+
+#[test]
+fn python_313_in_a_chroot() {
+    walks(Runtime::Trixie313, Publisher::Ffi);
+}
+
+#[test]
+fn python_314_in_a_chroot() {
+    walks(Runtime::Sid314, Publisher::Ffi);
+}
