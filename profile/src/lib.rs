@@ -60,6 +60,7 @@ mod module;
 pub mod otlp;
 mod pprof;
 mod profile;
+mod python;
 mod sample;
 mod symbolize;
 mod unwind;
@@ -69,13 +70,15 @@ use std::rc::Rc;
 use std::time::{Instant, SystemTime};
 
 use otel_ctx_reader::{
-    MappedFile, OwnedKeyValue, OwnedValue, ProcessMaps, Snapshot, UserRegisters,
+    MappedFile, OwnedKeyValue, OwnedValue, ProcessMaps, PythonError, PythonFrame, PythonProcess,
+    Snapshot, UserRegisters,
 };
 
 pub use aggregate::Limits;
 pub use folded::FoldedOptions;
 pub use module::{CacheLimits, CacheStats, ModuleCache, ModuleKey};
-pub use profile::{Entry, LabelSet, Location, Mapping, Profile, SkippedModule, Stats};
+pub use profile::{Entry, FrameKind, LabelSet, Location, Mapping, Profile, SkippedModule, Stats};
+pub use python::{PythonStats, MAX_PYTHON_LOCATIONS};
 pub use sample::{
     Attributes, Filter, ProfileOptions, Sample, SampleContext, SampleOutcome, DEFAULT_MAX_DEPTH,
     DEFAULT_PERIOD_NS,
@@ -85,6 +88,7 @@ pub use unwind::{Arch, Frame, UnwindEnd};
 
 use aggregate::{Aggregate, StackFrame, NO_MAPPING};
 use module::{LoadOptions, ModuleData, SkipReason};
+use python::{PythonTable, PYTHON_MAPPING};
 use unwind::Walker;
 
 /// A file mapping frames can refer to; kept for the whole profile even when the file
@@ -119,6 +123,7 @@ pub struct Profiler {
     service_name: Option<String>,
     aggregate: Aggregate,
     stats: Stats,
+    python: PythonTable,
     frames: Vec<Frame>,
     stack: Vec<StackFrame>,
     started: SystemTime,
@@ -149,6 +154,7 @@ impl Profiler {
             resource_attributes: Vec::new(),
             service_name: None,
             stats: Stats::default(),
+            python: PythonTable::default(),
             frames: Vec::new(),
             stack: Vec::new(),
             started: SystemTime::now(),
@@ -323,6 +329,37 @@ impl Profiler {
 
     /// Unwinds a sample and counts it under its stack and labels.
     pub fn add(&mut self, sample: &Sample<'_>) -> SampleOutcome {
+        self.add_inner(sample, None)
+    }
+
+    /// Like [`add`](Self::add), for a sample of a Python process: `frames` are the
+    /// thread's Python frames as the sampler walked them (or why it could not), which
+    /// are spliced into the native stack where `interpreter`'s evaluation loop runs them
+    /// ([`ProfileOptions::native`] `false`: they alone). New code objects are named
+    /// through `interpreter` now. A walk that failed is counted by its reason
+    /// ([`Stats::python`]), and the sample keeps its native frames.
+    pub fn add_with_python(
+        &mut self,
+        sample: &Sample<'_>,
+        interpreter: &mut PythonProcess,
+        frames: Result<&[PythonFrame], &PythonError>,
+    ) -> SampleOutcome {
+        match frames {
+            Ok(frames) => self.add_inner(sample, Some((interpreter, frames))),
+            Err(e) => {
+                if self.options.filter.keeps(sample) {
+                    self.python.failed(e);
+                }
+                self.add_inner(sample, None)
+            }
+        }
+    }
+
+    fn add_inner(
+        &mut self,
+        sample: &Sample<'_>,
+        python: Option<(&mut PythonProcess, &[PythonFrame])>,
+    ) -> SampleOutcome {
         self.stats.samples += 1;
         if !self.options.filter.keeps(sample) {
             self.stats.filtered += 1;
@@ -349,6 +386,11 @@ impl Profiler {
         let outside_modules = stack.first().is_some_and(|f| f.mapping == NO_MAPPING);
         if outside_modules {
             self.stats.outside_modules += 1;
+        }
+        if let Some((interpreter, frames)) = python {
+            let sps = self.walker.stack_pointers();
+            self.python
+                .splice(&mut stack, sps, frames, interpreter, &self.options);
         }
         self.label(sample);
         let weight = match sample.weight_ns {
@@ -396,6 +438,7 @@ impl Profiler {
         stats.overflow_labels = self.aggregate.overflow_labels;
         stats.modules = self.known.values().filter(|m| m.is_ok()).count();
         stats.skipped_modules = self.skipped.clone();
+        stats.python = self.python.stats.clone();
         stats
     }
 
@@ -404,6 +447,7 @@ impl Profiler {
     pub fn reset(&mut self) {
         self.aggregate = Aggregate::new(self.options.limits);
         self.stats = Stats::default();
+        self.python = PythonTable::default();
         self.started = SystemTime::now();
         self.started_at = Instant::now();
     }
@@ -524,6 +568,9 @@ impl Profiler {
         mapping: Option<usize>,
         mappings: &[Mapping],
     ) -> Location {
+        if frame.mapping == PYTHON_MAPPING {
+            return self.python_location(frame.frame.address);
+        }
         let address = frame.frame.address;
         let unknown = match mapping.map(|at| &mappings[at]) {
             Some(m) => {
@@ -537,6 +584,34 @@ impl Profiler {
             address,
             symbols: self.symbolize_in(frame.mapping, frame.frame).to_vec(),
             unknown,
+            kind: FrameKind::Native,
+        }
+    }
+
+    /// The location of Python frame `index`: its code object's qualified name, file and
+    /// first line, and its line with the `lines` option.
+    fn python_location(&self, index: u64) -> Location {
+        let Some(python) = self.python.location(index) else {
+            return Location {
+                mapping: None,
+                address: 0,
+                symbols: Vec::new(),
+                unknown: "[unknown python frame]".to_owned(),
+                kind: FrameKind::Python { start_line: 0 },
+            };
+        };
+        Location {
+            mapping: None,
+            address: python.code,
+            symbols: vec![Symbol {
+                name: python.name.to_string(),
+                file: (!python.file.is_empty()).then(|| python.file.to_string()),
+                line: python.line,
+            }],
+            unknown: python.name.to_string(),
+            kind: FrameKind::Python {
+                start_line: python.start_line,
+            },
         }
     }
 

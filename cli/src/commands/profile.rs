@@ -21,6 +21,7 @@ use otel_ctx_reader::{
     ThreadError, ThreadReader, ThreadReaderOptions, DEFAULT_STACK_SIZE,
 };
 
+use super::profile_python::PythonSource;
 use super::{catch_sigint, out, show, text, Failure, INTERRUPTED};
 
 /// How often, at most, the maps are read again while samples land outside every known
@@ -100,9 +101,14 @@ pub struct Request {
     /// Sample with ptrace (stopping each running thread) instead of eBPF.
     #[arg(long)]
     pub ptrace: bool,
-    /// Give frames their source file and line (from DWARF).
+    /// Give frames their source file and line (from DWARF; Python frames from their
+    /// code objects).
     #[arg(long)]
     pub lines: bool,
+    /// Keep the native frames of Python processes (`--native false`: their Python
+    /// frames alone, as py-spy shows them).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub native: bool,
     /// Bytes of each sample's stack to copy for unwinding (at most 65536).
     #[arg(long, default_value_t = DEFAULT_STACK_SIZE)]
     pub stack_size: usize,
@@ -166,6 +172,7 @@ impl Request {
             format: None,
             ptrace: false,
             lines: false,
+            native: true,
             stack_size: DEFAULT_STACK_SIZE,
             quiet: false,
         }
@@ -239,6 +246,7 @@ enum Source {
 struct Session {
     reader: ThreadReader,
     profiler: Profiler,
+    python: PythonSource,
     source: Source,
     names: HashMap<u32, String>,
     maps_read: Instant,
@@ -263,6 +271,7 @@ impl Session {
         let options = ProfileOptions::default()
             .with_period_ns(period)
             .with_lines(request.lines)
+            .with_native(request.native)
             .with_filter(filter);
         let mut profiler = Profiler::new(pid, options);
         profiler.update_maps(&maps);
@@ -274,6 +283,7 @@ impl Session {
         Ok(Self {
             reader,
             profiler,
+            python: PythonSource::find(&maps, request.quiet),
             source,
             names: HashMap::new(),
             maps_read: Instant::now(),
@@ -357,12 +367,40 @@ impl Session {
                 let _ = wait;
                 let tids = self.reader.tids().map_err(Failure::from)?;
                 for tid in tids.into_iter().filter(|&tid| running(pid, tid)) {
-                    match self.reader.sample_with_stack_into(tid, records, stack) {
-                        Ok((registers, context)) => {
+                    let python = &mut self.python;
+                    let taken = match &python.interpreter {
+                        Some(interpreter) => self
+                            .reader
+                            .sample_with_python_into(
+                                tid,
+                                records,
+                                stack,
+                                interpreter,
+                                &mut python.frames,
+                            )
+                            .map(|(registers, context, walked)| (registers, context, Some(walked))),
+                        None => self
+                            .reader
+                            .sample_with_stack_into(tid, records, stack)
+                            .map(|(registers, context)| (registers, context, None)),
+                    };
+                    match taken {
+                        Ok((registers, context, walked)) => {
                             let name = Self::name(&mut self.names, pid, tid);
                             let sample = Sample::new(tid, name, registers, stack.bytes())
                                 .with_context(context.as_ref().map(Into::into));
-                            self.maps_suspect |= self.profiler.add(&sample).outside_modules;
+                            let outcome = match (walked, python.interpreter.as_mut()) {
+                                (Some(walked), Some(interpreter)) => {
+                                    let frames = python.frames.frames();
+                                    self.profiler.add_with_python(
+                                        &sample,
+                                        interpreter,
+                                        walked.as_ref().map(|()| frames),
+                                    )
+                                }
+                                _ => self.profiler.add(&sample),
+                            };
+                            self.maps_suspect |= outcome.outside_modules;
                         }
                         Err(SampleError::Ptrace(otel_ctx_reader::PtraceError::Gone)) => {}
                         Err(e) => {
@@ -572,6 +610,9 @@ fn summary(
         out.push_str(&format!(" ({})", failures.join(", ")));
     }
     out.push('\n');
+    if let Some(python) = session.python.summary(stats) {
+        out.push_str(&python);
+    }
     for skipped in &stats.skipped_modules {
         out.push_str(&format!("skipped {}: {}\n", skipped.path, skipped.reason));
     }

@@ -82,7 +82,7 @@ pub enum PythonError {
         /// Its address.
         address: u64,
     },
-    /// The frame has not started running (CPython's own walk skips it).
+    /// The frame has not started running, or is a shim (CPython's own walk skips both).
     Incomplete,
 }
 
@@ -329,6 +329,9 @@ impl PythonProcess {
     /// its type, and the stamp it had when sampled) and its line.
     /// [`PythonError::Incomplete`] for a frame that had not started.
     pub fn frame_info(&mut self, frame: &PythonFrame) -> Result<FrameInfo, PythonError> {
+        if frame.is_shim() {
+            return Err(PythonError::Incomplete);
+        }
         let code = self.codes.get(
             &self.memory,
             &self.offsets,

@@ -18,6 +18,10 @@ const MAX_INTERPRETERS: usize = 64;
 pub(crate) const FLAG_ENTRY: u8 = 1;
 /// `PythonFrame::flags`: a generator's or coroutine's frame.
 pub(crate) const FLAG_GENERATOR: u8 = 2;
+/// `PythonFrame::flags`: not a Python frame but the shim (owned by the C stack) that
+/// one call of `_PyEval_EvalFrameDefault` keeps on its native stack frame, below the
+/// Python frames it runs (3.12 on): its address tells which native frame runs them.
+pub(crate) const FLAG_SHIM: u8 = 4;
 
 /// `FRAME_OWNED_BY_GENERATOR` (`Include/internal/pycore_frame.h`, 3.11 to 3.14).
 const OWNED_BY_GENERATOR: u8 = 1;
@@ -43,6 +47,13 @@ impl PythonFrame {
     /// frames from the newest down to it are what one native evaluation frame runs.
     pub const fn is_entry(&self) -> bool {
         self.flags & FLAG_ENTRY != 0
+    }
+
+    /// Whether it is a shim, not a Python frame: the entry marker one call of
+    /// `_PyEval_EvalFrameDefault` keeps in its own native stack frame (at `frame`),
+    /// below the Python frames it runs. It has no code object.
+    pub const fn is_shim(&self) -> bool {
+        self.flags & FLAG_SHIM != 0
     }
 
     /// Whether it is a generator's or coroutine's frame.
@@ -181,9 +192,10 @@ impl PythonProcess {
         Err(PythonError::NoThreadState)
     }
 
-    /// Walks the frames of thread state `tstate` into `stack`, newest first: shim frames
-    /// (owned by the C stack) are left out and mark the frame above them as an entry; a
-    /// frame whose instruction lies before its code is left out (it has not started).
+    /// Walks the frames of thread state `tstate` into `stack`, newest first: a shim frame
+    /// (owned by the C stack) marks the frame above it as an entry and is kept as a
+    /// marker ([`PythonFrame::is_shim`]); a frame whose instruction lies before its code
+    /// is left out (it has not started).
     pub fn walk(&self, tstate: u64, stack: &mut PythonStack) -> Result<(), PythonError> {
         stack.clear();
         let mem: &dyn TargetMemory = &self.memory;
@@ -241,6 +253,15 @@ impl PythonProcess {
             if o.owner_shim.is_some_and(|shim| owner >= shim) {
                 if let Some(last) = stack.frames.last_mut() {
                     last.flags |= FLAG_ENTRY;
+                }
+                if !stack.push(PythonFrame {
+                    frame,
+                    code: 0,
+                    stamp: 0,
+                    instruction: 0,
+                    flags: FLAG_SHIM,
+                }) {
+                    return Err(PythonError::Loop);
                 }
                 frame = previous;
                 continue;
