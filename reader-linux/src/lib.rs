@@ -59,8 +59,8 @@ pub mod thread;
 pub use denied::{diagnose, Refuser};
 #[cfg(feature = "ebpf")]
 pub use ebpf::{
-    EbpfCounters, EbpfError, EbpfOptions, EbpfReaders, EbpfSample, EbpfSampler, EbpfStack,
-    PublicationCounters, PublicationHook, EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES,
+    EbpfCounters, EbpfError, EbpfOptions, EbpfPython, EbpfReaders, EbpfSample, EbpfSampler,
+    EbpfStack, PublicationCounters, PublicationHook, EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES,
     EBPF_MAX_PROCESSES, EBPF_MAX_RECORD_SIZE, EBPF_MAX_STACK,
 };
 pub use error::{Error, Malformed};

@@ -279,11 +279,12 @@ impl Session {
             .and_then(|mut r| r.read())
             .ok();
         profiler.set_process_context(snapshot.as_ref());
-        let source = Self::source(request, &reader)?;
+        let python = PythonSource::find(&maps, request.quiet);
+        let source = Self::source(request, &reader, &python)?;
         Ok(Self {
             reader,
             profiler,
-            python: PythonSource::find(&maps, request.quiet),
+            python,
             source,
             names: HashMap::new(),
             maps_read: Instant::now(),
@@ -294,7 +295,11 @@ impl Session {
 
     /// The eBPF sampler unless `--ptrace`; ptrace when BPF cannot be used (said on
     /// stderr).
-    fn source(request: &Request, reader: &ThreadReader) -> Result<Source, Failure> {
+    fn source(
+        request: &Request,
+        reader: &ThreadReader,
+        python: &PythonSource,
+    ) -> Result<Source, Failure> {
         let ptrace = || Source::Ptrace {
             records: RecordBuffer::new(),
             stack: StackBuffer::new(request.stack_size),
@@ -307,14 +312,16 @@ impl Session {
             let options = otel_ctx_reader::EbpfOptions::default()
                 .with_frequency_hz(u64::from(request.hz))
                 .with_stack_size(request.stack_size);
-            match otel_ctx_reader::EbpfSampler::start(reader, options) {
+            let started = otel_ctx_reader::EbpfSampler::start(reader, options)
+                .and_then(|sampler| python.walked_by(sampler));
+            match started {
                 Ok(sampler) => return Ok(Source::Ebpf(Box::new(sampler))),
                 Err(e) => eprintln!("otel-ctx: {e}; sampling with ptrace instead"),
             }
         }
         #[cfg(not(feature = "ebpf"))]
         {
-            let _ = reader;
+            let _ = (reader, python);
             if !request.quiet {
                 eprintln!(
                     "otel-ctx: this otel-ctx was built without the eBPF sampler (feature \
@@ -360,7 +367,20 @@ impl Session {
                     let name = Self::name(&mut self.names, pid, stack.tid);
                     let sample = Sample::new(stack.tid, name, stack.registers, stack.stack)
                         .with_context(context.as_ref().map(Into::into));
-                    self.maps_suspect |= self.profiler.add(&sample).outside_modules;
+                    let python = &mut self.python;
+                    let outcome = match python.interpreter.as_mut() {
+                        Some(interpreter) if stack.python.is_walked() => {
+                            let walked = stack.python.frames_into(&mut python.frames);
+                            let frames = python.frames.frames();
+                            self.profiler.add_with_python(
+                                &sample,
+                                interpreter,
+                                walked.as_ref().map(|()| frames),
+                            )
+                        }
+                        _ => self.profiler.add(&sample),
+                    };
+                    self.maps_suspect |= outcome.outside_modules;
                 }
             }
             Source::Ptrace { records, stack } => {

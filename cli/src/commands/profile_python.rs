@@ -37,6 +37,19 @@ impl PythonSource {
         }
     }
 
+    /// `sampler` with this process's Python frames walked by its program, when it runs
+    /// Python.
+    #[cfg(feature = "ebpf")]
+    pub fn walked_by(
+        &self,
+        mut sampler: otel_ctx_reader::EbpfSampler,
+    ) -> Result<otel_ctx_reader::EbpfSampler, otel_ctx_reader::EbpfError> {
+        if let Some(interpreter) = &self.interpreter {
+            sampler.set_process_python(interpreter.pid(), interpreter)?;
+        }
+        Ok(sampler)
+    }
+
     /// The summary's line: the interpreter, the samples with Python frames, the frames
     /// and the failures by reason; `None` for a process without Python.
     pub fn summary(&self, stats: &Stats) -> Option<String> {

@@ -23,6 +23,7 @@
 
 mod error;
 mod publications;
+mod python;
 mod targets;
 mod wire;
 
@@ -45,6 +46,7 @@ use targets::Targets;
 
 pub use error::EbpfError;
 pub use publications::{PublicationCounters, PublicationHook};
+pub use python::EbpfPython;
 pub use targets::EbpfReaders;
 pub use wire::{
     EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_PROCESSES, EBPF_MAX_RECORD_SIZE,
@@ -225,6 +227,9 @@ pub struct EbpfStack<'a> {
     pub stack: &'a [u8],
     /// The kernel's return addresses, native-endian `u64`s, innermost first.
     pub kernel_frames: &'a [u8],
+    /// Its Python frames, when the process's are walked
+    /// ([`EbpfSampler::set_process_python`]).
+    pub python: EbpfPython<'a>,
 }
 
 /// The eBPF sampler of one process or of many: one program and one CPU-clock perf event
@@ -395,6 +400,7 @@ impl EbpfSampler {
         // Should the kernel refuse, the program goes on sampling the process, and its
         // samples are dropped here as those of a process not followed.
         let _ = self.targets_map.remove(&pid);
+        python::forget(&mut self.ebpf, pid);
         true
     }
 
@@ -567,6 +573,11 @@ impl EbpfSampler {
             registers: decoded.registers,
             stack: &entry[decoded.stack],
             kernel_frames: &entry[decoded.kernel_frames],
+            python: EbpfPython::new(
+                decoded.python.0,
+                decoded.python.1,
+                &entry[decoded.python.2.clone()],
+            ),
         };
         let context = match decoded.contents {
             Ok(SlotContents::Record { address, header }) => {
