@@ -145,7 +145,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc -p otel-ctx-reader --features ebpf --no-dep
 cargo build -q -p otel-ctx-reader --features ebpf --examples
 cargo build -q -p otel-ctx-reader --features ebpf --target aarch64-unknown-linux-gnu
 run_tests cargo test -p otel-ctx-reader --features ebpf --lib --test ebpf_matrix
-run_tests cargo test -p otel-ctx --features ebpf,demo --bin otel-ctx --test watch_ebpf --test profile_cli --test fleet_otlp --test python_profile
+run_tests cargo test -p otel-ctx --features ebpf,demo --bin otel-ctx --test watch_ebpf --test profile_cli --test fleet_otlp --test python_profile --test python_hostile
 
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
 # Property tests under emulation: fewer cases (all 256 run natively above).

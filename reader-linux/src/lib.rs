@@ -79,9 +79,9 @@ pub use thread::tls::{
     AccessModel, Libc, Machine, PtraceError, Resolution, SampleError, SkipReason, SkippedModule,
     SymbolTable, TlsError,
 };
-pub use thread::{tls, StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
 pub use thread::{
-    OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
-    ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,
-    KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL,
+    sample_stack_into, OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError,
+    ThreadReader, ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL,
+    DEFAULT_MAX_RECORD_SIZE, KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL,
 };
+pub use thread::{tls, StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};

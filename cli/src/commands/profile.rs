@@ -244,7 +244,10 @@ enum Source {
 
 /// A profile being taken.
 struct Session {
-    reader: ThreadReader,
+    pid: u32,
+    /// The thread contexts' reader; `None` for a Python process that publishes none,
+    /// profiled by its stacks (and Python frames) alone.
+    reader: Option<ThreadReader>,
     profiler: Profiler,
     python: PythonSource,
     source: Source,
@@ -257,14 +260,17 @@ struct Session {
 impl Session {
     fn open(request: &Request, pid: u32, filter: Filter) -> Result<Self, Failure> {
         let maps = show::read_maps(pid)?;
+        let python = PythonSource::find(&maps, request.quiet);
         let reader = match ThreadReader::from_maps(&maps, ThreadReaderOptions::default()) {
-            Ok(reader) => reader,
+            Ok(reader) => Some(reader),
             // A process that announces no known schema: its records are still read,
             // their attributes named by index.
-            Err(ThreadError::Schema { .. }) => ThreadReader::from_maps(
+            Err(ThreadError::Schema { .. }) => Some(ThreadReader::from_maps(
                 &maps,
                 ThreadReaderOptions::default().with_require_known_schema(false),
-            )?,
+            )?),
+            // A Python process without thread contexts: its stacks and Python frames.
+            Err(ThreadError::NotExported { .. }) if python.claimed() => None,
             Err(e) => return Err(e.into()),
         };
         let period = 1_000_000_000 / u64::from(request.hz);
@@ -279,9 +285,9 @@ impl Session {
             .and_then(|mut r| r.read())
             .ok();
         profiler.set_process_context(snapshot.as_ref());
-        let python = PythonSource::find(&maps, request.quiet);
-        let source = Self::source(request, &reader, &python)?;
+        let source = Self::source(request, pid, reader.as_ref(), &python)?;
         Ok(Self {
+            pid,
             reader,
             profiler,
             python,
@@ -297,7 +303,8 @@ impl Session {
     /// stderr).
     fn source(
         request: &Request,
-        reader: &ThreadReader,
+        pid: u32,
+        reader: Option<&ThreadReader>,
         python: &PythonSource,
     ) -> Result<Source, Failure> {
         let ptrace = || Source::Ptrace {
@@ -312,8 +319,14 @@ impl Session {
             let options = otel_ctx_reader::EbpfOptions::default()
                 .with_frequency_hz(u64::from(request.hz))
                 .with_stack_size(request.stack_size);
-            let started = otel_ctx_reader::EbpfSampler::start(reader, options)
-                .and_then(|sampler| python.walked_by(sampler));
+            let started = match reader {
+                Some(reader) => otel_ctx_reader::EbpfSampler::start(reader, options),
+                None => otel_ctx_reader::EbpfSampler::new(options).and_then(|mut sampler| {
+                    sampler.add_process_stacks(pid)?;
+                    Ok(sampler)
+                }),
+            }
+            .and_then(|sampler| python.walked_by(sampler));
             match started {
                 Ok(sampler) => return Ok(Source::Ebpf(Box::new(sampler))),
                 Err(e) => eprintln!("otel-ctx: {e}; sampling with ptrace instead"),
@@ -321,7 +334,7 @@ impl Session {
         }
         #[cfg(not(feature = "ebpf"))]
         {
-            let _ = (reader, python);
+            let _ = (pid, reader, python);
             if !request.quiet {
                 eprintln!(
                     "otel-ctx: this otel-ctx was built without the eBPF sampler (feature \
@@ -349,7 +362,7 @@ impl Session {
 
     /// One step: up to `wait` of eBPF samples, or one ptrace round.
     fn step(&mut self, wait: Duration) -> Result<(), Failure> {
-        let pid = self.reader.pid();
+        let pid = self.pid;
         match &mut self.source {
             #[cfg(feature = "ebpf")]
             Source::Ebpf(sampler) => {
@@ -385,12 +398,11 @@ impl Session {
             }
             Source::Ptrace { records, stack } => {
                 let _ = wait;
-                let tids = self.reader.tids().map_err(Failure::from)?;
+                let tids = otel_ctx_reader::thread_ids(pid).map_err(Failure::from)?;
                 for tid in tids.into_iter().filter(|&tid| running(pid, tid)) {
                     let python = &mut self.python;
-                    let taken = match &python.interpreter {
-                        Some(interpreter) => self
-                            .reader
+                    let taken = match (&mut self.reader, &python.interpreter) {
+                        (Some(reader), Some(interpreter)) => reader
                             .sample_with_python_into(
                                 tid,
                                 records,
@@ -399,10 +411,16 @@ impl Session {
                                 &mut python.frames,
                             )
                             .map(|(registers, context, walked)| (registers, context, Some(walked))),
-                        None => self
-                            .reader
+                        (Some(reader), None) => reader
                             .sample_with_stack_into(tid, records, stack)
                             .map(|(registers, context)| (registers, context, None)),
+                        (None, interpreter) => otel_ctx_reader::sample_stack_into(
+                            pid,
+                            tid,
+                            stack,
+                            interpreter.as_ref().map(|i| (i, &mut python.frames)),
+                        )
+                        .map(|(registers, walked)| (registers, None, walked)),
                     };
                     match taken {
                         Ok((registers, context, walked)) => {
@@ -437,13 +455,15 @@ impl Session {
             if let Ok(maps) = ProcessMaps::read(pid) {
                 self.profiler.update_maps(&maps);
             }
-            if let Ok(true) = self.reader.refresh_modules() {
-                #[cfg(feature = "ebpf")]
-                if let Source::Ebpf(sampler) = &mut self.source {
-                    let _ = sampler.set_resolution(self.reader.resolution());
+            if let Some(reader) = &mut self.reader {
+                if let Ok(true) = reader.refresh_modules() {
+                    #[cfg(feature = "ebpf")]
+                    if let Source::Ebpf(sampler) = &mut self.source {
+                        let _ = sampler.set_resolution(reader.resolution());
+                    }
                 }
+                reader.refresh_key_map();
             }
-            self.reader.refresh_key_map();
         }
         Ok(())
     }
@@ -561,7 +581,7 @@ fn progress_line(session: &Session, started: Instant, request: &Request) -> Stri
     };
     format!(
         "profiling {} ({}): {} {of}, {} samples, {} lost, {} threads",
-        session.reader.pid(),
+        session.pid,
         if session.is_ebpf() { "eBPF" } else { "ptrace" },
         text::duration(started.elapsed().as_nanos() as u64),
         stats.samples,

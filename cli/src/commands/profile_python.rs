@@ -50,6 +50,12 @@ impl PythonSource {
         Ok(sampler)
     }
 
+    /// Whether the process runs Python, or claims to (and keeps its native frames with
+    /// the reason it has no Python ones).
+    pub const fn claimed(&self) -> bool {
+        self.interpreter.is_some() || self.refused.is_some()
+    }
+
     /// The summary's line: the interpreter, the samples with Python frames, the frames
     /// and the failures by reason; `None` for a process without Python.
     pub fn summary(&self, stats: &Stats) -> Option<String> {

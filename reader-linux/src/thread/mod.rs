@@ -8,8 +8,8 @@ pub(crate) mod stack;
 pub mod tls;
 
 pub use reader::{
-    OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
-    ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,
-    KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL,
+    sample_stack_into, OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError,
+    ThreadReader, ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL,
+    DEFAULT_MAX_RECORD_SIZE, KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL,
 };
 pub use stack::{StackBuffer, UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};

@@ -641,6 +641,33 @@ impl ThreadReader {
     }
 }
 
+/// Stops thread `tid` of process `pid`, takes its user registers, copies the top of its
+/// stack into `stack` and, with `python`, walks its Python frames, and lets it go: the
+/// sample of a process that publishes no thread contexts (no `otel_thread_ctx_v1`, so
+/// no [`ThreadReader`]), profiled by its stacks alone. The walk's own failure is the
+/// second value (`None` without `python`).
+pub fn sample_stack_into(
+    pid: u32,
+    tid: u32,
+    stack: &mut StackBuffer,
+    python: Option<(&PythonProcess, &mut PythonStack)>,
+) -> Result<(UserRegisters, Option<Result<(), PythonError>>), SampleError> {
+    let memory = ProcessMemory::new(pid, ReadMethod::Auto);
+    let stopped = StoppedThread::stop(tid)?;
+    let (registers, thread_pointer) = stopped.registers()?;
+    let copied = memory
+        .read_prefix(registers.sp, stack.spare())
+        .map_err(|e| SampleError::Memory {
+            what: "the stack",
+            address: registers.sp,
+            source: e.into(),
+        })?;
+    stack.set_len(copied);
+    let walked = python.map(|(python, frames)| python.sample(tid, Some(thread_pointer), frames));
+    Ok((registers, walked))
+    // `stopped` is dropped on return: the thread runs on.
+}
+
 /// The caller's buffer for [`ThreadReader::sample_into`]: reused from sample to sample.
 #[derive(Debug, Default)]
 pub struct RecordBuffer {
