@@ -519,15 +519,7 @@ impl ThreadReader {
             None => (UserRegisters::default(), stopped.thread_pointer()?),
             Some(stack) => {
                 let (registers, thread_pointer) = stopped.registers()?;
-                let copied = self
-                    .memory
-                    .read_prefix(registers.sp, stack.spare())
-                    .map_err(|e| SampleError::Memory {
-                        what: "the stack",
-                        address: registers.sp,
-                        source: e.into(),
-                    })?;
-                stack.set_len(copied);
+                copy_stack(&self.memory, registers.sp, stack)?;
                 (registers, thread_pointer)
             }
         };
@@ -641,6 +633,19 @@ impl ThreadReader {
     }
 }
 
+/// Copies the top of a stopped thread's stack, from `sp` up, into `stack`.
+fn copy_stack(memory: &ProcessMemory, sp: u64, stack: &mut StackBuffer) -> Result<(), SampleError> {
+    let copied = memory
+        .read_prefix(sp, stack.spare())
+        .map_err(|e| SampleError::Memory {
+            what: "the stack",
+            address: sp,
+            source: e.into(),
+        })?;
+    stack.set_len(copied);
+    Ok(())
+}
+
 /// Stops thread `tid` of process `pid`, takes its user registers, copies the top of its
 /// stack into `stack` and, with `python`, walks its Python frames, and lets it go: the
 /// sample of a process that publishes no thread contexts (no `otel_thread_ctx_v1`, so
@@ -655,14 +660,7 @@ pub fn sample_stack_into(
     let memory = ProcessMemory::new(pid, ReadMethod::Auto);
     let stopped = StoppedThread::stop(tid)?;
     let (registers, thread_pointer) = stopped.registers()?;
-    let copied = memory
-        .read_prefix(registers.sp, stack.spare())
-        .map_err(|e| SampleError::Memory {
-            what: "the stack",
-            address: registers.sp,
-            source: e.into(),
-        })?;
-    stack.set_len(copied);
+    copy_stack(&memory, registers.sp, stack)?;
     let walked = python.map(|(python, frames)| python.sample(tid, Some(thread_pointer), frames));
     Ok((registers, walked))
     // `stopped` is dropped on return: the thread runs on.
