@@ -9,7 +9,8 @@ Usage:
 
 Prints "ready <pid> <tid> <tid> <tid> <trace> <trace> <trace>" (the workers' native
 thread ids and their requests' trace ids, 32 hex digits) once every worker is in its
-request, and exits when standard input closes. ddtrace names no route in its thread
+request; answers each line of standard input with the rounds of py_mid_hot the workers
+have run, and exits when it closes. ddtrace names no route in its thread
 contexts (its one attribute is datadog.local_root_span_id): the trace ids tell its
 workers' samples apart.
 """
@@ -39,9 +40,10 @@ def py_mid_hot(n):
     return x + py_leaf_hot(n)
 
 
-def serve(route):
+def serve(i):
     while True:
         py_mid_hot(ROUND)
+        ROUNDS[i] += 1
 
 
 class Ffi:
@@ -118,13 +120,14 @@ PUBLISHER = None
 READY = threading.Barrier(4)
 TIDS = [0, 0, 0]
 TRACES = ["", "", ""]
+ROUNDS = [0, 0, 0]
 
 
 def work(i):
     TIDS[i] = threading.get_native_id()
     TRACES[i] = PUBLISHER.begin(i, ROUTES[i])
     READY.wait()
-    serve(ROUTES[i])
+    serve(i)
 
 
 def main():
@@ -134,7 +137,10 @@ def main():
         threading.Thread(target=work, args=(i,), name=f"worker-{i}", daemon=True).start()
     READY.wait()
     print("ready", os.getpid(), *TIDS, *TRACES, flush=True)
-    sys.stdin.read()
+    # Each line read is answered with the rounds the workers have run (the benchmarks
+    # measure the target's speed with it).
+    for _ in sys.stdin:
+        print(sum(ROUNDS), flush=True)
 
 
 main()
