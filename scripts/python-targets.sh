@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Python targets of the Python profiling tests, cached under target/python
 # (a rerun finds them and does nothing):
-#   - Debian bookworm's python3.11 (apt), on this machine's root;
+#   - Debian bookworm's python3.11 (apt), on this machine's root, and its libpython3.11.so
+#     with the headers a C program embeds it with (python3.11-dev);
 #   - CPython 3.13 from Debian trixie and 3.14 from Debian sid, each in a folder of its
 #     own (debootstrap --variant=minbase), started with chroot by the tests;
 #   - ddtrace 4.16 (it publishes OTEP 4947 thread contexts) and py-spy 0.4.3 (the
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 dir=target/python
 mkdir -p "$dir"
 missing=()
-for p in python3.11 python3-pip debootstrap; do
+for p in python3.11 python3.11-dev python3-pip debootstrap gcc; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then

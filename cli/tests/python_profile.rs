@@ -1,7 +1,8 @@
 //! `otel-ctx profile` of Python services: the same small CPython program
 //! (`reader-linux/tests/python/service.py`: three workers, each in a request of its own,
 //! running work -> serve -> py_mid_hot -> py_leaf_hot) under Debian's python3.11
-//! publishing through the C ABI and through ddtrace, and under trixie's 3.13 and sid's
+//! publishing through the C ABI and through ddtrace, in its libpython3.11.so embedded in
+//! a C program, and under trixie's 3.13 and sid's
 //! 3.14 started with chroot. Each target is profiled by ptrace and, in a build with
 //! `ebpf`, by eBPF: at least 80% of its workers' samples show the chain, in order, with
 //! their request's labels; and py-spy 0.4.3 (PyPI) profiles the same process, whose
@@ -279,6 +280,11 @@ fn profiles(runtime: Runtime, publisher: Publisher) {
 #[test]
 fn python_311_with_the_c_abi() {
     profiles(Runtime::Bookworm311, Publisher::Ffi);
+}
+
+#[test]
+fn python_311_in_libpython() {
+    profiles(Runtime::Embedded311, Publisher::Ffi);
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! The Python frame walk against real interpreters (Debian's 3.11, trixie's 3.13 and
-//! sid's 3.14 in a chroot), with thread contexts published through the C ABI and by
+//! The Python frame walk against real interpreters (Debian's 3.11, in its executable and
+//! in libpython3.11.so, trixie's 3.13 and sid's 3.14 in a chroot), with thread contexts published through the C ABI and by
 //! ddtrace: every worker, stopped with ptrace, shows its chain of Python functions with
 //! its route.
 
@@ -77,6 +77,11 @@ fn walks(runtime: Runtime, publisher: Publisher) {
 #[test]
 fn python_311_with_the_c_abi() {
     walks(Runtime::Bookworm311, Publisher::Ffi);
+}
+
+#[test]
+fn python_311_in_libpython() {
+    walks(Runtime::Embedded311, Publisher::Ffi);
 }
 
 #[test]

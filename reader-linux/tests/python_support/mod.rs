@@ -29,6 +29,9 @@ pub fn targets_dir() -> PathBuf {
 pub enum Runtime {
     /// Debian bookworm's `/usr/bin/python3.11`, on this machine's root.
     Bookworm311,
+    /// Bookworm's CPython 3.11 in `libpython3.11.so`, embedded in a C program
+    /// (`tests/python/embed.c`, built with gcc and `python3.11-config --embed`).
+    Embedded311,
     /// Debian trixie's 3.13, in `target/python/trixie`, started with `chroot`.
     Trixie313,
     /// Debian sid's 3.14, in `target/python/sid`, started with `chroot`.
@@ -39,7 +42,7 @@ impl Runtime {
     /// The version it runs.
     pub const fn minor(self) -> u8 {
         match self {
-            Self::Bookworm311 => 11,
+            Self::Bookworm311 | Self::Embedded311 => 11,
             Self::Trixie313 => 13,
             Self::Sid314 => 14,
         }
@@ -48,7 +51,7 @@ impl Runtime {
     /// The chroot folder, for the ones that run in one.
     pub fn root(self) -> Option<PathBuf> {
         match self {
-            Self::Bookworm311 => None,
+            Self::Bookworm311 | Self::Embedded311 => None,
             Self::Trixie313 => Some(targets_dir().join("trixie")),
             Self::Sid314 => Some(targets_dir().join("sid")),
         }
@@ -82,6 +85,38 @@ pub fn ffi_library() -> &'static PathBuf {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map_or_else(|| workspace().join("target"), PathBuf::from);
         target.join("debug/libotel_ctx_ffi.so")
+    })
+}
+
+/// `tests/python/embed.c` built against bookworm's `libpython3.11.so`, once.
+pub fn embedded() -> &'static PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let config = |flag: &str| -> Vec<String> {
+            let out = Command::new("/usr/bin/python3.11-config")
+                .args([flag, "--embed"])
+                .output()
+                .unwrap_or_else(|_| missing(Path::new("/usr/bin/python3.11-config")));
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect()
+        };
+        let out = targets_dir().join("embed311");
+        let built = Command::new("gcc")
+            .arg(workspace().join("reader-linux/tests/python/embed.c"))
+            .args(config("--cflags"))
+            .args(config("--ldflags"))
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .expect("run gcc");
+        assert!(
+            built.status.success(),
+            "gcc embed.c: {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        out
     })
 }
 
@@ -122,6 +157,11 @@ fn missing(what: &Path) -> ! {
 pub fn start(runtime: Runtime, publisher: Publisher) -> PythonTarget {
     let script = workspace().join("reader-linux/tests/python/service.py");
     let mut command = match runtime.root() {
+        None if runtime == Runtime::Embedded311 => {
+            let mut c = Command::new(embedded());
+            c.arg(&script);
+            c
+        }
         None => {
             let python = PathBuf::from(runtime.python());
             if !python.exists() {
@@ -159,11 +199,7 @@ pub fn start(runtime: Runtime, publisher: Publisher) -> PythonTarget {
             command.arg("ffi").arg(library);
         }
         Publisher::Ddtrace => {
-            assert_eq!(
-                runtime,
-                Runtime::Bookworm311,
-                "ddtrace is installed for 3.11"
-            );
+            assert_eq!(runtime.minor(), 11, "ddtrace is installed for 3.11");
             let site = targets_dir().join("py311");
             if !site.join("ddtrace").exists() {
                 missing(&site);
