@@ -19,7 +19,9 @@
 //! A thread is sampled only while it runs on a CPU: a thread blocked for the whole
 //! interval yields no sample, which is what a CPU profiler wants. The program is loaded
 //! and attached with aya; the loader needs root (or `CAP_BPF` with `CAP_PERFMON`) and a
-//! kernel that exposes BTF in `/sys/kernel/btf/vmlinux`.
+//! kernel that exposes BTF in `/sys/kernel/btf/vmlinux` and has `bpf_loop` (Linux 5.17),
+//! whose steps walk a Python process's frames
+//! ([`EbpfSampler::set_process_python`]).
 
 mod error;
 mod publications;
