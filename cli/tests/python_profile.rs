@@ -148,26 +148,33 @@ impl Shown {
     }
 }
 
-/// py-spy 0.4.3's view of the same process for 3 s at 99 Hz: the workers' samples
-/// (those in serve), the leaf share, and the leaf's lines, from its raw (folded) output.
-fn py_spy(target: &PythonTarget, dir: &Path) -> (u64, f64, BTreeMap<u32, u64>) {
+/// py-spy 0.4.3 recording the same process for 3 s at 99 Hz (its default: it stops the
+/// process for each sample), started now.
+fn py_spy_start(target: &PythonTarget, out: &Path) -> std::process::Child {
     let py_spy = targets_dir().join("py311/bin/py-spy");
     assert!(
         py_spy.exists(),
         "{} is missing: bash scripts/python-targets.sh",
         py_spy.display()
     );
-    let out = dir.join("py-spy.txt");
-    let status = Command::new(&py_spy)
+    Command::new(&py_spy)
         .args(["record", "-r", "99", "-d", "3", "-f", "raw", "-o"])
-        .arg(&out)
+        .arg(out)
         .args(["-p", &target.pid.to_string()])
-        .output()
-        .expect("run py-spy");
-    assert!(status.status.success(), "py-spy: {}", text(&status.stderr));
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run py-spy")
+}
+
+/// What py-spy saw: the workers' samples (those in serve), the leaf share, and the
+/// leaf's lines, from its raw (folded) output.
+fn py_spy_finish(child: std::process::Child, out: &Path) -> (u64, f64, BTreeMap<u32, u64>) {
+    let ended = child.wait_with_output().expect("py-spy");
+    assert!(ended.status.success(), "py-spy: {}", text(&ended.stderr));
     let (mut workers, mut leaf) = (0, 0);
     let mut lines = BTreeMap::new();
-    for (frames, n) in read_folded(&out) {
+    for (frames, n) in read_folded(out) {
         if !frames.iter().any(|f| function(f) == "serve") {
             continue;
         }
@@ -214,12 +221,18 @@ fn profiles(runtime: Runtime, publisher: Publisher) {
         assert!(!outermost.contains(".py:"), "{}: {trace:?}", target.label);
     }
     ours.push(("ptrace", Shown::of(&target, &samples)));
+    let spy_out = dir.join("py-spy.txt");
 
     // eBPF: the Python frames alone.
+    #[cfg(not(feature = "ebpf"))]
+    let spy_seen = None;
     #[cfg(feature = "ebpf")]
-    {
+    let spy_seen = {
+        // py-spy beside it (one tracer at a time: not beside ptrace).
         let out = dir.join("ebpf.pb.gz");
+        let spy = py_spy_start(&target, &spy_out);
         let summary = profile(&target, &out, &["--native", "false", "--lines"]);
+        let seen = py_spy_finish(spy, &spy_out);
         assert!(summary.contains("(eBPF)"), "{}: {summary}", target.label);
         let samples = traces(&out);
         for trace in samples
@@ -233,15 +246,20 @@ fn profiles(runtime: Runtime, publisher: Publisher) {
             );
         }
         ours.push(("eBPF", Shown::of(&target, &samples)));
-    }
+        Some(seen)
+    };
 
-    let (spy_workers, spy_share, spy_lines) = py_spy(&target, &dir);
-    assert!(
-        spy_workers > 50,
-        "{}: py-spy saw {spy_workers}",
-        target.label
-    );
+    // Without eBPF, py-spy after ptrace.
+    let (spy_workers, spy_share, spy_lines) = match spy_seen {
+        Some(seen) => seen,
+        None => py_spy_finish(py_spy_start(&target, &spy_out), &spy_out),
+    };
     for (how, shown) in &ours {
+        assert!(
+            spy_workers > 50,
+            "{}: py-spy saw {spy_workers}",
+            target.label
+        );
         eprintln!(
             "{} by {how}: {} worker samples, {} with the chain, leaf share {:.2} \
              (py-spy {:.2} of {spy_workers}), leaf lines {:?} (py-spy {:?})",

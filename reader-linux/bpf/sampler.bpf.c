@@ -28,6 +28,7 @@
 #define MAP_TYPE_ARRAY 2
 #define MAP_TYPE_PERCPU_ARRAY 6
 #define MAP_TYPE_RINGBUF 27
+#define MAP_TYPE_LRU_HASH 9
 
 /* The kernel's structures, reduced to the fields read; CO-RE relocates the offsets
  * against the running kernel's BTF. */
@@ -247,6 +248,15 @@ struct {
     __type(key, __u32);
     __type(value, struct py_target);
 } python SEC(".maps");
+
+/* Each Python thread's thread state, as last found (by thread id): checked against the
+ * thread's id before it is used, so a stale entry only costs the walk it saves. */
+struct {
+    __uint(type, MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u32);
+    __type(value, __u64);
+} py_threads SEC(".maps");
 
 /* Counters per CPU: 0 = ticks that interrupted a target, 1 = samples lost because the
  * ring buffer was full. */
@@ -547,21 +557,31 @@ static __always_inline void sample_python(struct ctx_sample *s, const struct py_
     struct py_walk w = {.s = s, .p = p, .tid = tid};
     __u64 interp, at;
     s->py_state = PY_FAULT;
-    if (read_u64(&interp, p->interpreters_head_at)) {
-        s->py_fault_addr = p->interpreters_head_at;
-        return;
+    /* The thread state found last time, if it still has the thread's id. */
+    const __u64 *known = bpf_map_lookup_elem(&py_threads, &tid);
+    if (known) {
+        w.tstate = *known;
+        py_thread_step(0, &w);
     }
-    at = interp + p->threads_head;
-    if (read_u64(&w.tstate, at)) {
-        s->py_fault_addr = at;
-        return;
-    }
-    bpf_loop(MAX_PY_THREADS, py_thread_step, &w, 0);
-    if (w.found == 2)
-        return;
     if (w.found != 1) {
-        s->py_state = PY_NO_THREAD;
-        return;
+        w.found = 0;
+        if (read_u64(&interp, p->interpreters_head_at)) {
+            s->py_fault_addr = p->interpreters_head_at;
+            return;
+        }
+        at = interp + p->threads_head;
+        if (read_u64(&w.tstate, at)) {
+            s->py_fault_addr = at;
+            return;
+        }
+        bpf_loop(MAX_PY_THREADS, py_thread_step, &w, 0);
+        if (w.found == 2)
+            return;
+        if (w.found != 1) {
+            s->py_state = PY_NO_THREAD;
+            return;
+        }
+        bpf_map_update_elem(&py_threads, &tid, &w.tstate, 0);
     }
     if (p->tstate_cframe != PY_NONE) {
         __u64 cframe;
