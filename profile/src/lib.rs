@@ -31,6 +31,10 @@
 //!   no CFI covers an address, x86_64 and aarch64 ([`Arch`]). The stack is the sample's
 //!   copy; the walk ends at a read outside it, at a frame that does not move the stack
 //!   pointer up, and at [`ProfileOptions::max_depth`] ([`UnwindEnd`] says which).
+//! - **Python frames** ([`Profiler::add_with_python`]): a CPython process's interpreter
+//!   frames, walked by the sampler, replace the native calls of its evaluation loop that
+//!   run them ([`ProfileOptions::native`] `false`: they alone remain); each code object is
+//!   named in user space when first seen ([`FrameKind::Python`], [`Stats::python`]).
 //! - **Aggregation**: one entry per distinct (stack, label set), counts and
 //!   nanoseconds, within [`Limits`].
 //! - **Symbols** ([`Profiler::profile`]): ELF symbol tables and DWARF (inlined frames,
