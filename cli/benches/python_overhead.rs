@@ -2,12 +2,13 @@
 //! target (`reader-linux/tests/python/service.py` under Debian's python3.11, publishing
 //! through the C ABI: three CPU-bound workers), at 99 Hz:
 //!
-//! - the target's slowdown (its rounds of `py_mid_hot` per second) under `otel-ctx
+//! - the slowdown of a one-worker target (its rounds of `py_mid_hot` per second) under `otel-ctx
 //!   profile` (eBPF), `otel-ctx profile --ptrace`, `py-spy record` (its default, which
 //!   stops the process for each sample) and `py-spy record --nonblocking`: each window
 //!   with a profiler sits between two without one and is compared with their mean;
 //!   median and quartiles over the rounds;
-//! - each profiler's own CPU (user and system) per thread sample, over one 10 s run;
+//! - each profiler's own CPU per thread sample of the three-worker target, over one 12 s
+//!   run (in all, and its 10 s in the middle from the threads' `schedstat`);
 //! - the BPF program's run time per sample of the target, with and without the Python
 //!   walk (`EbpfSampler::run_time`, with `kernel.bpf_stats_enabled=1` for the
 //!   measurement);
@@ -26,7 +27,7 @@ use otel_ctx_reader::{EbpfOptions, EbpfSampler, ProcessMaps, PythonProcess, Thre
 
 mod support;
 
-use support::{cpu_seconds, wait_usage, Target};
+use support::{wait_usage, Target};
 
 const OTEL_CTX: &str = env!("CARGO_BIN_EXE_otel-ctx");
 const HZ: &str = "99";
@@ -45,7 +46,7 @@ fn scratch() -> PathBuf {
 }
 
 /// The Python target, publishing through `libotel_ctx_ffi.so` (built through cargo).
-fn start_target() -> Target {
+fn start_target(workers: &str) -> Target {
     let built = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "--release", "-p", "otel-ctx-ffi"])
         .current_dir(workspace())
@@ -56,6 +57,7 @@ fn start_target() -> Target {
         .map_or_else(|| workspace().join("target"), PathBuf::from);
     let mut command = Command::new("/usr/bin/python3.11");
     command
+        .env("SERVICE_WORKERS", workers)
         .arg(workspace().join("reader-linux/tests/python/service.py"))
         .arg("ffi")
         .arg(target_dir.join("release/libotel_ctx_ffi.so"));
@@ -188,6 +190,19 @@ fn window(target: &mut Target, profiler: Option<Profiler>, secs: u64, dir: &Path
     (n1 - n0) as f64 / (t1 - t0).as_secs_f64()
 }
 
+/// The CPU time of every thread of process `pid` so far, in nanoseconds (the first field
+/// of each thread's `schedstat`: finer than the clock ticks of `stat`).
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn quartiles(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
@@ -249,12 +264,17 @@ fn main() {
         })
         .unwrap_or_default();
     println!(
-        "python_overhead: {cpu}, {} CPUs, {rounds} rounds of {secs} s windows at {HZ} Hz",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        "python_overhead: {cpu}, {} CPUs, {rounds} rounds of {secs} s windows at {HZ} Hz, \
+         load average {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
     let dir = scratch();
-    let mut target = start_target();
-    let pid: u32 = target.pid().parse().expect("a pid");
+    // The slowdown of one CPU-bound worker (three contend for the GIL, and the speed of
+    // their rounds follows how the GIL is handed over more than any profiler's cost).
+    let mut target = start_target("1");
     // Warm-up: the first profile reads the modules.
     let _ = window(&mut target, Some(Profiler::Ebpf), 1, &dir);
 
@@ -274,8 +294,12 @@ fn main() {
         eprintln!("round {} of {rounds} done", round + 1);
     }
 
-    // CPU per thread sample: one 12 s run of each; in all (start and end included), and
-    // over its 10 s in the middle (its samples there taken as 10/12 of its count).
+    drop(target);
+    // CPU per thread sample, on the three-worker target: one 12 s run of each; in all
+    // (start and end included), and over its 10 s in the middle (its samples there taken
+    // as 10/12 of its count).
+    let target = start_target("3");
+    let pid: u32 = target.pid().parse().expect("a pid");
     let mut per_sample = BTreeMap::new();
     for profiler in Profiler::ALL {
         let out = dir.join(format!("{profiler:?}-cpu.folded"));
@@ -284,9 +308,9 @@ fn main() {
         let child = spawn(&argv, &log);
         let id = child.id();
         std::thread::sleep(SETTLE);
-        let c0 = cpu_seconds(id);
+        let c0 = cpu_ns(id);
         std::thread::sleep(Duration::from_secs(10));
-        let steady = cpu_seconds(id) - c0;
+        let steady = (cpu_ns(id) - c0) as f64 / 1e9;
         let ended = wait_usage(child);
         assert!(ended.success, "{argv:?}");
         let printed = std::fs::read_to_string(&log).unwrap_or_default();

@@ -20,6 +20,9 @@ import sys
 import threading
 
 ROUTES = ["/checkout", "/search", "/cart"]
+# Three workers; SERVICE_WORKERS=1 keeps one (a CPU-bound target without contention for
+# the GIL, whose speed the benchmarks measure).
+WORKERS = int(os.environ.get("SERVICE_WORKERS", "3"))
 # py_mid_hot burns MID_SHARE of every round itself, py_leaf_hot the rest: the leaf's
 # share of the workers' samples is about 1 - MID_SHARE.
 ROUND = 3000
@@ -117,10 +120,10 @@ class Ddtrace:
 
 
 PUBLISHER = None
-READY = threading.Barrier(4)
-TIDS = [0, 0, 0]
-TRACES = ["", "", ""]
-ROUNDS = [0, 0, 0]
+READY = threading.Barrier(WORKERS + 1)
+TIDS = [0] * WORKERS
+TRACES = [""] * WORKERS
+ROUNDS = [0] * WORKERS
 
 
 def work(i):
@@ -133,7 +136,7 @@ def work(i):
 def main():
     global PUBLISHER
     PUBLISHER = Ffi(sys.argv[2]) if sys.argv[1] == "ffi" else Ddtrace()
-    for i in range(3):
+    for i in range(WORKERS):
         threading.Thread(target=work, args=(i,), name=f"worker-{i}", daemon=True).start()
     READY.wait()
     print("ready", os.getpid(), *TIDS, *TRACES, flush=True)
