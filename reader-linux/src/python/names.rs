@@ -331,7 +331,96 @@ impl CodeCache {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+
+    use super::super::offsets::PY311;
     use super::*;
+
+    /// Sparse fake target memory.
+    #[derive(Default)]
+    struct Fake(RefCell<BTreeMap<u64, u8>>);
+
+    impl Fake {
+        fn put(&self, at: u64, bytes: &[u8]) {
+            let mut m = self.0.borrow_mut();
+            for (i, b) in bytes.iter().enumerate() {
+                m.insert(at + i as u64, *b);
+            }
+        }
+
+        /// A compact ASCII str of 3.11 at `at`, saying `length` characters.
+        fn str(&self, at: u64, length: u64, text: &str) {
+            self.put(at + 16, &length.to_ne_bytes());
+            self.put(at + 32, &((1u32 << 2) | (1 << 5) | (1 << 6)).to_ne_bytes());
+            self.put(at + 48, text.as_bytes());
+        }
+
+        /// A 3.11 code object at `at` of type `ty`, named `name`, first line `line`.
+        fn code(&self, at: u64, ty: u64, name: u64, line: u32) {
+            self.put(at + 8, &ty.to_ne_bytes());
+            self.put(at + 72, &line.to_ne_bytes());
+            self.put(at + 112, &0x9000u64.to_ne_bytes());
+            self.put(at + 128, &name.to_ne_bytes());
+            self.put(at + 136, &0xa000u64.to_ne_bytes());
+            self.put(at + 168, &0u32.to_ne_bytes());
+        }
+    }
+
+    impl TargetMemory for Fake {
+        fn read_exact_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            let m = self.0.borrow();
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = *m
+                    .get(&(addr + i as u64))
+                    .ok_or_else(|| std::io::Error::from_raw_os_error(14))?;
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_freed_and_reused_code_object_is_not_misnamed() {
+        const CODE_TYPE: u64 = 0x5000;
+        let mem = Fake::default();
+        mem.str(0x9000, 4, "a.py");
+        mem.str(0x8000, 3, "old");
+        mem.str(0x8100, 3, "new");
+        mem.put(0xa000 + 16, &0u64.to_ne_bytes());
+        mem.code(0x1000, CODE_TYPE, 0x8000, 10);
+        let mut cache = CodeCache::default();
+        let old = stamp(10, 0x9000);
+        let info = cache.get(&mem, &PY311, CODE_TYPE, 0x1000, old).unwrap();
+        assert_eq!(
+            (&*info.qualname, &*info.filename, info.first_line),
+            ("old", "a.py", 10)
+        );
+        // Freed, and another code object at the same address: sampled with its own
+        // stamp, it is read again, not taken from the cache.
+        mem.code(0x1000, CODE_TYPE, 0x8100, 20);
+        let new = stamp(20, 0x9000);
+        let info = cache.get(&mem, &PY311, CODE_TYPE, 0x1000, new).unwrap();
+        assert_eq!(&*info.qualname, "new");
+        assert_eq!(cache.reads, 2);
+        // A frame sampled with the old stamp, named after the reuse: refused.
+        let mut fresh = CodeCache::default();
+        assert_eq!(
+            fresh.get(&mem, &PY311, CODE_TYPE, 0x1000, old),
+            Err(PythonError::Reused { address: 0x1000 })
+        );
+        // Reused by an object that is not code: refused by its type.
+        mem.code(0x1000, 0x6000, 0x8100, 20);
+        assert_eq!(
+            fresh.get(&mem, &PY311, CODE_TYPE, 0x1000, new),
+            Err(PythonError::NotCode { address: 0x1000 })
+        );
+        // Unmapped: a memory error, nothing cached.
+        assert!(matches!(
+            fresh.get(&mem, &PY311, CODE_TYPE, 0x7777_0000, new),
+            Err(PythonError::Memory { .. })
+        ));
+        assert!(fresh.is_empty());
+    }
 
     #[test]
     fn location_table_lines() {
