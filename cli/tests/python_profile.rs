@@ -319,3 +319,41 @@ fn python_313_in_a_chroot() {
 fn python_314_in_a_chroot() {
     profiles(Runtime::Sid314, Publisher::Ffi);
 }
+
+/// A Python service that publishes no thread contexts is profiled by its stacks and
+/// Python frames, its samples without a context.
+#[test]
+fn python_without_thread_contexts() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let target = start(Runtime::Bookworm311, Publisher::Nothing);
+    let dir = support::scratch("python-no-contexts");
+    let mut how = vec![vec!["--ptrace"]];
+    if cfg!(feature = "ebpf") {
+        how.push(Vec::new());
+    }
+    for args in how {
+        let out = dir.join("out.folded");
+        let mut all = vec!["--native", "false"];
+        all.extend_from_slice(&args);
+        let summary = profile(&target, &out, &all);
+        assert!(
+            summary.contains(" 0 with a thread context")
+                && summary.contains("python: CPython 3.11"),
+            "{args:?}: {summary}"
+        );
+        let folded = read_folded(&out);
+        let (mut all_samples, mut chain) = (0, 0);
+        for (frames, n) in &folded {
+            assert_eq!(frames[0], "(no context)", "{args:?}: {frames:?}");
+            let names: Vec<&str> = frames[1..].iter().map(String::as_str).collect();
+            all_samples += n;
+            if shows_chain(&names) {
+                chain += n;
+            }
+        }
+        assert!(
+            all_samples >= 30 && chain * 100 >= all_samples * 80,
+            "{args:?}: {chain} of {all_samples} show the chain"
+        );
+    }
+}

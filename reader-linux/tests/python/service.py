@@ -6,6 +6,7 @@ published for each request.
 Usage:
   service.py ffi <path of libotel_ctx_ffi.so>   publishes through the C ABI (ctypes)
   service.py ddtrace                            publishes through ddtrace's spans
+  service.py none                               publishes nothing
 
 Prints "ready <pid> <tid> <tid> <tid> <trace> <trace> <trace>" (the workers' native
 thread ids and their requests' trace ids, 32 hex digits) once every worker is in its
@@ -106,6 +107,13 @@ class Ffi:
         return (bytes([0x31 + i]) * 16).hex()
 
 
+class Nothing:
+    """No thread contexts: the trace ids printed are zeros."""
+
+    def begin(self, i, route):
+        return "0" * 32
+
+
 class Ddtrace:
     """The thread contexts ddtrace publishes for its active spans."""
 
@@ -135,7 +143,9 @@ def work(i):
 
 def main():
     global PUBLISHER
-    PUBLISHER = Ffi(sys.argv[2]) if sys.argv[1] == "ffi" else Ddtrace()
+    PUBLISHER = {"ffi": lambda: Ffi(sys.argv[2]), "ddtrace": Ddtrace, "none": Nothing}[
+        sys.argv[1]
+    ]()
     for i in range(WORKERS):
         threading.Thread(target=work, args=(i,), name=f"worker-{i}", daemon=True).start()
     READY.wait()

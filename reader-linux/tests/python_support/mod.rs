@@ -70,6 +70,8 @@ pub enum Publisher {
     Ffi,
     /// ddtrace from PyPI (`target/python/py311`, CPython 3.11 only).
     Ddtrace,
+    /// Nothing: a Python service without thread contexts.
+    Nothing,
 }
 
 /// `libotel_ctx_ffi.so`, built once through cargo.
@@ -197,6 +199,9 @@ pub fn start(runtime: Runtime, publisher: Publisher) -> PythonTarget {
                 }
             };
             command.arg("ffi").arg(library);
+        }
+        Publisher::Nothing => {
+            command.arg("none");
         }
         Publisher::Ddtrace => {
             assert_eq!(runtime.minor(), 11, "ddtrace is installed for 3.11");
