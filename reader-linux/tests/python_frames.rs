@@ -24,6 +24,14 @@ fn walks(runtime: Runtime, publisher: Publisher) {
         .unwrap_or_else(|e| panic!("{}: {e}", target.label))
         .unwrap_or_else(|| panic!("{}: no interpreter found", target.label));
     assert_eq!(python.version().minor, runtime.minor(), "{}", target.label);
+    // These builds strip their symbol tables: no _Py_tss_tstate to resolve, the thread
+    // states come from the interpreter's list (the debug build's test below reads it).
+    assert!(
+        python.thread_state_tls().is_none(),
+        "{}: {:?}",
+        target.label,
+        python.thread_state_tls()
+    );
     let mut reader = ThreadReader::open(target.pid).expect("the thread contexts");
     let (mut record, mut stack, mut frames) = (
         RecordBuffer::new(),
@@ -97,4 +105,49 @@ fn python_313_in_a_chroot() {
 #[test]
 fn python_314_in_a_chroot() {
     walks(Runtime::Sid314, Publisher::Ffi);
+}
+
+/// Trixie's debug build keeps its symbol table: each thread's state is read through its
+/// thread-local `_Py_tss_tstate`, resolved by the same TLS code as `otel_thread_ctx_v1`
+/// (here without thread contexts: the stacks-only sample).
+#[test]
+fn python_313_debug_build_through_its_thread_local() {
+    let target = start(Runtime::Trixie313Debug, Publisher::Nothing);
+    let maps = ProcessMaps::read(target.pid).expect("maps");
+    let mut python = PythonProcess::find(&maps)
+        .unwrap_or_else(|e| panic!("{}: {e}", target.label))
+        .unwrap_or_else(|| panic!("{}: no interpreter found", target.label));
+    let tls = python.thread_state_tls().expect("_Py_tss_tstate resolved");
+    assert_eq!(
+        tls.model,
+        otel_ctx_reader::AccessModel::LocalExec,
+        "{tls:?}"
+    );
+    let (mut stack, mut frames) = (StackBuffer::default(), PythonStack::new());
+    let (mut good, mut total) = (0, 0);
+    for _ in 0..40 {
+        for &tid in &target.workers {
+            let (_, walked) = otel_ctx_reader::sample_stack_into(
+                target.pid,
+                tid,
+                &mut stack,
+                Some((&python, &mut frames)),
+            )
+            .expect("a sample");
+            walked
+                .expect("a walk")
+                .unwrap_or_else(|e| panic!("{}: the walk: {e}", target.label));
+            let names: Vec<String> = frames
+                .frames()
+                .iter()
+                .rev()
+                .filter_map(|f| python.frame_info(f).ok())
+                .map(|info| info.code.qualname.to_string())
+                .collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            total += 1;
+            good += usize::from(shows_chain(&names));
+        }
+    }
+    assert!(good * 100 >= total * 80, "{good} of {total} show the chain");
 }

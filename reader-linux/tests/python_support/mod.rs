@@ -34,6 +34,8 @@ pub enum Runtime {
     Embedded311,
     /// Debian trixie's 3.13, in `target/python/trixie`, started with `chroot`.
     Trixie313,
+    /// Trixie's debug build of 3.13 (`python3.13d`, which keeps its symbol table).
+    Trixie313Debug,
     /// Debian sid's 3.14, in `target/python/sid`, started with `chroot`.
     Sid314,
 }
@@ -43,7 +45,7 @@ impl Runtime {
     pub const fn minor(self) -> u8 {
         match self {
             Self::Bookworm311 | Self::Embedded311 => 11,
-            Self::Trixie313 => 13,
+            Self::Trixie313 | Self::Trixie313Debug => 13,
             Self::Sid314 => 14,
         }
     }
@@ -52,14 +54,17 @@ impl Runtime {
     pub fn root(self) -> Option<PathBuf> {
         match self {
             Self::Bookworm311 | Self::Embedded311 => None,
-            Self::Trixie313 => Some(targets_dir().join("trixie")),
+            Self::Trixie313 | Self::Trixie313Debug => Some(targets_dir().join("trixie")),
             Self::Sid314 => Some(targets_dir().join("sid")),
         }
     }
 
     /// The interpreter's path inside its root.
     pub fn python(self) -> String {
-        format!("/usr/bin/python3.{}", self.minor())
+        match self {
+            Self::Trixie313Debug => "/usr/bin/python3.13d".to_owned(),
+            _ => format!("/usr/bin/python3.{}", self.minor()),
+        }
     }
 }
 
