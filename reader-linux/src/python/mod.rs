@@ -151,7 +151,11 @@ struct Symbols {
 }
 
 /// A process's CPython interpreter, found once ([`find`](Self::find)) and kept for the
-/// process's life: the one per followed process a sampler owns.
+/// process's life: the one per followed process a sampler owns. On evidence that it
+/// changed (its modules changed, as [`ThreadReader::refresh_modules`](crate::ThreadReader::refresh_modules)
+/// says, or its walks keep failing with [`PythonError::Memory`]), find it again and
+/// replace it (the eBPF sampler's entry with it, `EbpfSampler::set_process_python`
+/// in a build with `ebpf`); the thread states it remembers are checked at every use.
 #[derive(Debug)]
 pub struct PythonProcess {
     pid: u32,
