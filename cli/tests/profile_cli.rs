@@ -5,7 +5,6 @@
 //! an XML parser. Root (ptrace, BPF) and gcc.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 mod support;
@@ -14,17 +13,7 @@ mod support;
 mod fixture;
 
 use fixture::{build_routes, go, pprof, Fixture, ROUTES};
-use support::{run, text, DemoService};
-
-/// Folded stacks: frames (root first) to samples.
-type Folded = BTreeMap<Vec<String>, u64>;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("profile-cli-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
-}
+use support::{read_folded, run, scratch, text, DemoService, Folded};
 
 /// Runs `otel-ctx profile <pid> <args>`, which must succeed; what it said (its summary
 /// and notes, on stderr) and its stdout.
@@ -36,17 +25,6 @@ fn profile(pid: u32, args: &[&str]) -> (String, String) {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{args:?}\n{stdout}{stderr}");
     (stderr, stdout)
-}
-
-fn read_folded(path: &Path) -> Folded {
-    let body = std::fs::read_to_string(path).expect("read the folded stacks");
-    body.lines()
-        .map(|line| {
-            let (stack, count) = line.rsplit_once(' ').expect("`stack count`");
-            let frames = stack.split(';').map(str::to_owned).collect();
-            (frames, count.parse().expect("a count"))
-        })
-        .collect()
 }
 
 /// Per route of the fixture: samples under it, and those whose three innermost frames
@@ -112,7 +90,7 @@ fn routes_by_ebpf_and_ptrace_without_and_with_frame_pointers() {
     ] {
         let exe = build_routes(build, flags);
         let fixture = Fixture::start(&exe, &[]);
-        let dir = scratch(build);
+        let dir = support::scratch(&format!("profile-cli-{build}"));
         let by_ptrace = dir.join("ptrace.folded");
         let (said, _) = profile(
             fixture.pid,
@@ -158,7 +136,7 @@ fn routes_by_ebpf_and_ptrace_without_and_with_frame_pointers() {
 fn pprof_read_by_go_and_svg_by_an_xml_parser() {
     let exe = build_routes("routes-outputs", &["-fomit-frame-pointer"]);
     let fixture = Fixture::start(&exe, &[]);
-    let dir = scratch("outputs");
+    let dir = support::scratch("profile-cli-outputs");
     let pb = dir.join("cpu.pb.gz");
     let svg = dir.join("cpu.svg");
     profile(
@@ -238,7 +216,7 @@ fn one_trace_only() {
         .as_str()
         .expect("a trace id")
         .to_owned();
-    let dir = scratch("trace");
+    let dir = support::scratch("profile-cli-trace");
     let out = dir.join("trace.folded");
     let (said, _) = profile(
         fixture.pid,
@@ -268,7 +246,7 @@ fn one_trace_only() {
 #[test]
 fn the_demo_service_by_route_and_handler() {
     let service = DemoService::start();
-    let dir = scratch("demo");
+    let dir = support::scratch("profile-cli-demo");
     let out = dir.join("demo.folded");
     let pid: u32 = service.pid().parse().expect("a pid");
     profile(pid, &["--duration", "3s", "-o", out.to_str().unwrap()]);

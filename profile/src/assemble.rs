@@ -5,9 +5,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::aggregate::StackFrame;
+use crate::python::PYTHON_MAPPING;
 use crate::source::perf_map::PerfMap;
 use crate::source::{SymbolProblem, UnknownCause};
-use crate::{hex, Entry, LabelSet, Location, Mapping, MappingRecord, Profile, Profiler};
+use crate::{hex, Entry, FrameKind, LabelSet, Location, Mapping, MappingRecord, Profile, Profiler};
 
 /// What symbolizing a profile's frames found, beside the names.
 #[derive(Default)]
@@ -157,6 +158,9 @@ impl Profiler {
         mappings: &[Mapping],
         found: &mut Symbolizing,
     ) -> Location {
+        if frame.mapping == PYTHON_MAPPING {
+            return self.python_location(frame.frame.address);
+        }
         let address = frame.frame.address;
         let unknown = match mapping.map(|at| &mappings[at]) {
             Some(m) => {
@@ -187,6 +191,34 @@ impl Profiler {
             address,
             symbols,
             unknown,
+            kind: FrameKind::Native,
+        }
+    }
+
+    /// The location of Python frame `index`: its code object's qualified name, file and
+    /// first line, and its line with the `lines` option.
+    fn python_location(&self, index: u64) -> Location {
+        let Some(python) = self.python.location(index) else {
+            return Location {
+                mapping: None,
+                address: 0,
+                symbols: Vec::new(),
+                unknown: "[unknown python frame]".to_owned(),
+                kind: FrameKind::Python { start_line: 0 },
+            };
+        };
+        Location {
+            mapping: None,
+            address: python.code,
+            symbols: vec![crate::Symbol {
+                name: python.name.to_string(),
+                file: (!python.file.is_empty()).then(|| python.file.to_string()),
+                line: python.line,
+            }],
+            unknown: python.name.to_string(),
+            kind: FrameKind::Python {
+                start_line: python.start_line,
+            },
         }
     }
 

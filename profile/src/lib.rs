@@ -31,6 +31,10 @@
 //!   no CFI covers an address, x86_64 and aarch64 ([`Arch`]). The stack is the sample's
 //!   copy; the walk ends at a read outside it, at a frame that does not move the stack
 //!   pointer up, and at [`ProfileOptions::max_depth`] ([`UnwindEnd`] says which).
+//! - **Python frames** ([`Profiler::add_with_python`]): a CPython process's interpreter
+//!   frames, walked by the sampler, replace the native calls of its evaluation loop that
+//!   run them ([`ProfileOptions::native`] `false`: they alone remain); each code object is
+//!   named in user space when first seen ([`FrameKind::Python`], [`Stats::python`]).
 //! - **Aggregation**: one entry per distinct (stack, label set), counts and
 //!   nanoseconds, within [`Limits`].
 //! - **Symbols** ([`Profiler::profile`]): ELF symbol tables and DWARF (inlined frames,
@@ -79,6 +83,7 @@ mod module;
 pub mod otlp;
 mod pprof;
 mod profile;
+mod python;
 mod sample;
 mod session;
 mod source;
@@ -91,13 +96,15 @@ use std::time::{Instant, SystemTime};
 
 use otel_ctx_reader::maps::{FileRange, MappedFile};
 use otel_ctx_reader::process::OwnedKeyValue;
+use otel_ctx_reader::python::{PythonError, PythonFrame, PythonProcess};
 use otel_ctx_reader::{ProcessMaps, Snapshot, UserRegisters};
 
 pub use aggregate::Limits;
 pub use folded::FoldedOptions;
 pub use format::Format;
 pub use module::{CacheLimits, CacheStats, ModuleCache, ModuleKey};
-pub use profile::{Entry, LabelSet, Location, Mapping, Profile, SkippedModule, Stats};
+pub use profile::{Entry, FrameKind, LabelSet, Location, Mapping, Profile, SkippedModule, Stats};
+pub use python::{PythonStats, MAX_PYTHON_LOCATIONS};
 pub use sample::{
     Attributes, Filter, ProfileOptions, Sample, SampleContext, SampleOutcome, DEFAULT_MAX_DEPTH,
     DEFAULT_PERIOD_NS,
@@ -114,6 +121,7 @@ pub use unwind::{Arch, Frame, UnwindEnd};
 
 use aggregate::{Aggregate, StackFrame, NO_MAPPING};
 use module::{LoadOptions, ModuleData, SkipReason};
+use python::PythonTable;
 use unwind::Walker;
 
 /// The path the vDSO's mapping is shown with.
@@ -153,6 +161,7 @@ pub struct Profiler {
     nspid: u32,
     aggregate: Aggregate,
     stats: Stats,
+    python: PythonTable,
     frames: Vec<Frame>,
     stack: Vec<StackFrame>,
     started: SystemTime,
@@ -189,6 +198,7 @@ impl Profiler {
                 .and_then(|status| status.ns_pid())
                 .unwrap_or(pid),
             stats: Stats::default(),
+            python: PythonTable::default(),
             frames: Vec::new(),
             stack: Vec::new(),
             started: SystemTime::now(),
@@ -382,6 +392,37 @@ impl Profiler {
 
     /// Unwinds a sample and counts it under its stack and labels.
     pub fn add(&mut self, sample: &Sample<'_>) -> SampleOutcome {
+        self.add_inner(sample, None)
+    }
+
+    /// Like [`add`](Self::add), for a sample of a Python process: `frames` are the
+    /// thread's Python frames as the sampler walked them (or why it could not), which
+    /// are spliced into the native stack where `interpreter`'s evaluation loop runs them
+    /// ([`ProfileOptions::native`] `false`: they alone). New code objects are named
+    /// through `interpreter` now. A walk that failed is counted by its reason
+    /// ([`Stats::python`]), and the sample keeps its native frames.
+    pub fn add_with_python(
+        &mut self,
+        sample: &Sample<'_>,
+        interpreter: &mut PythonProcess,
+        frames: Result<&[PythonFrame], &PythonError>,
+    ) -> SampleOutcome {
+        match frames {
+            Ok(frames) => self.add_inner(sample, Some((interpreter, frames))),
+            Err(e) => {
+                if self.options.filter.keeps(sample) {
+                    self.python.failed(e);
+                }
+                self.add_inner(sample, None)
+            }
+        }
+    }
+
+    fn add_inner(
+        &mut self,
+        sample: &Sample<'_>,
+        python: Option<(&mut PythonProcess, &[PythonFrame])>,
+    ) -> SampleOutcome {
         self.stats.samples += 1;
         if !self.options.filter.keeps(sample) {
             self.stats.filtered += 1;
@@ -408,6 +449,11 @@ impl Profiler {
         let outside_modules = stack.first().is_some_and(|f| f.mapping == NO_MAPPING);
         if outside_modules {
             self.stats.outside_modules += 1;
+        }
+        if let Some((interpreter, frames)) = python {
+            let sps = self.walker.stack_pointers();
+            self.python
+                .splice(&mut stack, sps, frames, interpreter, &self.options);
         }
         self.label(sample);
         let weight = match sample.weight_ns {
@@ -455,6 +501,7 @@ impl Profiler {
         stats.overflow_labels = self.aggregate.overflow_labels;
         stats.modules = self.known.values().filter(|m| m.is_ok()).count();
         stats.skipped_modules = self.skipped.clone();
+        stats.python = self.python.stats.clone();
         stats
     }
 
@@ -463,6 +510,7 @@ impl Profiler {
     pub fn reset(&mut self) {
         self.aggregate = Aggregate::new(self.options.limits);
         self.stats = Stats::default();
+        self.python = PythonTable::default();
         self.started = SystemTime::now();
         self.started_at = Instant::now();
     }

@@ -34,7 +34,7 @@ use proto::common::v1::{any_value, AnyValue, ArrayValue, InstrumentationScope, K
 use proto::profiles::v1development as otlp;
 use proto::resource::v1::Resource;
 
-use crate::profile::{LabelSet, Location, Mapping, Profile, OVERFLOW_FUNCTION};
+use crate::profile::{FrameKind, LabelSet, Location, Mapping, Profile, OVERFLOW_FUNCTION};
 
 /// The semantic conventions' names this module writes.
 pub mod names {
@@ -319,7 +319,7 @@ impl Dictionary {
             })
     }
 
-    fn function(&mut self, name: &str, file: Option<&str>) -> i32 {
+    fn function(&mut self, name: &str, file: Option<&str>, start_line: i64) -> i32 {
         let name_strindex = self.string(name);
         let filename_strindex = file.map_or(0, |f| self.string(f));
         self.functions
@@ -327,7 +327,7 @@ impl Dictionary {
                 name_strindex,
                 system_name_strindex: name_strindex,
                 filename_strindex,
-                start_line: 0,
+                start_line,
             })
     }
 
@@ -354,23 +354,26 @@ impl Dictionary {
         })
     }
 
-    /// A location: `lines` are (function name, file, line), innermost first.
+    /// A location of kind `kind`: `lines` are (function name, file, line), innermost
+    /// first.
     fn location(
         &mut self,
         mapping_index: i32,
         address: u64,
         lines: &[(&str, Option<&str>, i64)],
+        kind: FrameKind,
     ) -> i32 {
+        let start_line = i64::from(kind.start_line().unwrap_or(0));
         let lines: Vec<otlp::Line> = lines
             .iter()
             .map(|&(name, file, line)| otlp::Line {
-                function_index: self.function(name, file),
+                function_index: self.function(name, file, start_line),
                 line,
                 column: 0,
             })
             .collect();
         let attribute_indices =
-            vec![self.attribute(names::FRAME_TYPE, Value::Str("native".into()))];
+            vec![self.attribute(names::FRAME_TYPE, Value::Str(kind.otel_type().into()))];
         let key = (
             mapping_index,
             address,
@@ -402,7 +405,7 @@ impl Dictionary {
                 )
             })
             .collect();
-        self.location(mapping, location.address, &lines)
+        self.location(mapping, location.address, &lines, location.kind)
     }
 
     fn stack(&mut self, location_indices: Vec<i32>) -> i32 {
@@ -472,7 +475,8 @@ impl Dictionary {
                 },
                 Some(_) => 0,
                 None => {
-                    let overflow = self.location(0, 0, &[(OVERFLOW_FUNCTION, None, 0)]);
+                    let overflow =
+                        self.location(0, 0, &[(OVERFLOW_FUNCTION, None, 0)], FrameKind::Native);
                     self.stack(vec![overflow])
                 }
             };

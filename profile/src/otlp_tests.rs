@@ -363,3 +363,59 @@ fn odd_profiles_stay_well_formed() {
         .samples
         .is_empty());
 }
+
+#[test]
+fn python_frames_carry_their_file_start_line_and_kind() {
+    let mut p = example();
+    p.locations.push(crate::profile::Location {
+        mapping: None,
+        address: 0x7f00_1000,
+        symbols: vec![crate::Symbol {
+            name: "py_leaf_hot".to_owned(),
+            file: Some("/srv/service.py".to_owned()),
+            line: Some(31),
+        }],
+        unknown: "py_leaf_hot".to_owned(),
+        kind: crate::FrameKind::Python { start_line: 28 },
+    });
+    let python = p.locations.len() - 1;
+    p.stacks[0].insert(0, python);
+    let request = round_trip(&[p.clone()]);
+    let d = check_dictionary(&request);
+    let string = |i: i32| d.string_table[i as usize].as_str();
+    let function = d
+        .function_table
+        .iter()
+        .find(|f| string(f.name_strindex) == "py_leaf_hot")
+        .expect("the Python function");
+    assert_eq!(string(function.filename_strindex), "/srv/service.py");
+    assert_eq!(function.start_line, 28);
+    let location = d
+        .location_table
+        .iter()
+        .find(|l| l.lines.iter().any(|line| line.line == 31))
+        .expect("the Python location, with its line");
+    let kinds: Vec<&str> = location
+        .attribute_indices
+        .iter()
+        .filter_map(|&i| text(d.attribute_table[i as usize].value.as_ref()?))
+        .collect();
+    assert_eq!(kinds, ["cpython"]);
+    // Native frames stay native.
+    assert!(d
+        .attribute_table
+        .iter()
+        .any(|a| a.value.as_ref().and_then(text) == Some("native")));
+    // The folded text and the flame graph name it, with its line.
+    let folded = p.folded(&crate::FoldedOptions::default());
+    assert!(
+        folded
+            .keys()
+            .any(|l| l.ends_with("py_leaf_hot (service.py:31)")),
+        "{folded:?}"
+    );
+    let mut svg = Vec::new();
+    p.write_svg(&crate::FoldedOptions::default(), &mut svg)
+        .expect("an SVG");
+    assert!(String::from_utf8_lossy(&svg).contains("py_leaf_hot"));
+}

@@ -212,7 +212,7 @@ impl Profile {
 
         let mut functions: Vec<proto::Function> = Vec::new();
         let mut function_ids: HashMap<(i64, i64), u64> = HashMap::new();
-        let mut function = |strings: &mut Strings, name: &str, file: Option<&str>| {
+        let mut function = |strings: &mut Strings, name: &str, file: Option<&str>, start: u32| {
             let key = (strings.id(name), file.map_or(0, |f| strings.id(f)));
             *function_ids.entry(key).or_insert_with(|| {
                 functions.push(proto::Function {
@@ -220,7 +220,7 @@ impl Profile {
                     name: key.0,
                     system_name: key.0,
                     filename: key.1,
-                    start_line: 0,
+                    start_line: i64::from(start),
                 });
                 functions.len() as u64
             })
@@ -232,7 +232,7 @@ impl Profile {
             .map(|(at, l)| {
                 let line = if l.symbols.is_empty() {
                     vec![proto::Line {
-                        function_id: function(&mut strings, &l.unknown, None),
+                        function_id: function(&mut strings, &l.unknown, None, 0),
                         line: 0,
                         column: 0,
                     }]
@@ -240,7 +240,12 @@ impl Profile {
                     l.symbols
                         .iter()
                         .map(|s| proto::Line {
-                            function_id: function(&mut strings, &s.name, s.file.as_deref()),
+                            function_id: function(
+                                &mut strings,
+                                &s.name,
+                                s.file.as_deref(),
+                                l.kind.start_line().unwrap_or(0),
+                            ),
                             line: s.line.map_or(0, i64::from),
                             column: 0,
                         })
@@ -262,7 +267,7 @@ impl Profile {
                 mapping_id: 0,
                 address: 0,
                 line: vec![proto::Line {
-                    function_id: function(&mut strings, OVERFLOW_FUNCTION, None),
+                    function_id: function(&mut strings, OVERFLOW_FUNCTION, None, 0),
                     line: 0,
                     column: 0,
                 }],

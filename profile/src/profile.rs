@@ -90,6 +90,41 @@ pub struct Location {
     /// module's basename and the file offset), or `[unknown] 0x7f...` outside every
     /// module.
     pub unknown: String,
+    /// A machine-code frame, or an interpreter's.
+    pub kind: FrameKind,
+}
+
+/// What kind of frame a [`Location`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FrameKind {
+    /// Machine code: `address` is in `mapping`, `symbols` come from its ELF symbols and
+    /// DWARF.
+    Native,
+    /// A CPython frame: `address` is its code object's, its one symbol is the code
+    /// object's qualified name and file (and line with the `lines` option).
+    Python {
+        /// The function's first line (`co_firstlineno`).
+        start_line: u32,
+    },
+}
+
+impl FrameKind {
+    /// The function's first line, for a Python frame.
+    pub const fn start_line(self) -> Option<u32> {
+        match self {
+            Self::Native => None,
+            Self::Python { start_line } => Some(start_line),
+        }
+    }
+
+    /// OpenTelemetry's `profile.frame.type` of it: `native` or `cpython`.
+    pub const fn otel_type(self) -> &'static str {
+        match self {
+            Self::Native => "native",
+            Self::Python { .. } => "cpython",
+        }
+    }
 }
 
 impl Location {
@@ -219,6 +254,8 @@ pub struct Stats {
     /// What was read of the process's perf map, when a frame in no module made the
     /// profile look for one and there is one.
     pub perf_map: Option<PerfMapStats>,
+    /// The Python frames: samples that had them, frames spliced in, failures by reason.
+    pub python: crate::PythonStats,
 }
 
 impl Stats {
@@ -298,24 +335,28 @@ pub(crate) fn example() -> Profile {
                 address: 0x1100,
                 symbols: vec![symbol("inlined_fn", Some(3)), symbol("outer_fn", Some(10))],
                 unknown: "[unknown] libx.so+0x100".to_owned(),
+                kind: FrameKind::Native,
             },
             Location {
                 mapping: Some(0),
                 address: 0x1200,
                 symbols: vec![symbol("main;<b>", None)],
                 unknown: "[unknown] libx.so+0x200".to_owned(),
+                kind: FrameKind::Native,
             },
             Location {
                 mapping: Some(0),
                 address: 0x1300,
                 symbols: Vec::new(),
                 unknown: "[unknown] libx.so+0x300".to_owned(),
+                kind: FrameKind::Native,
             },
             Location {
                 mapping: None,
                 address: 0x7fff_0000,
                 symbols: Vec::new(),
                 unknown: "[unknown] 0x7fff0000".to_owned(),
+                kind: FrameKind::Native,
             },
         ],
         stacks: vec![vec![0, 1], vec![2, 3]],

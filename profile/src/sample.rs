@@ -94,8 +94,12 @@ pub struct ProfileOptions {
     /// Read modules' DWARF: inlined frames, and the lines of [`lines`](Self::lines).
     /// Default `true`.
     pub debug_info: bool,
-    /// Give frames their source file and line (from DWARF). Default `false`.
+    /// Give frames their source file and line (from DWARF; for Python frames, from the
+    /// code object's location table). Default `false`.
     pub lines: bool,
+    /// Keep the native frames of samples with Python frames. Default `true`; `false`
+    /// shows their Python frames alone, as py-spy does by default.
+    pub native: bool,
     /// What reading one module may cost (bytes and time). Default: the reader's
     /// [`FileBudget::default`] (64 MiB, 1 s).
     pub module_budget: FileBudget,
@@ -116,6 +120,7 @@ impl Default for ProfileOptions {
             cfi: true,
             debug_info: true,
             lines: false,
+            native: true,
             module_budget: FileBudget::default(),
             period_ns: DEFAULT_PERIOD_NS,
             limits: Limits::default(),
@@ -157,6 +162,13 @@ impl ProfileOptions {
     #[must_use]
     pub fn with_lines(mut self, lines: bool) -> Self {
         self.lines = lines;
+        self
+    }
+
+    /// Sets [`native`](Self::native).
+    #[must_use]
+    pub fn with_native(mut self, native: bool) -> Self {
+        self.native = native;
         self
     }
 

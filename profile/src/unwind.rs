@@ -167,6 +167,9 @@ enum Inner {
 /// One process's unwinder: its modules' unwind sections and framehop's rule cache.
 pub(crate) struct Walker {
     inner: Inner,
+    /// The stack pointer of each frame of the last walk: frame `n`'s function has its
+    /// stack frame from `sps[n]` up to `sps[n + 1]`.
+    sps: Vec<u64>,
 }
 
 impl fmt::Debug for Walker {
@@ -191,7 +194,15 @@ impl Walker {
                 cache: Box::new(CacheAarch64::new()),
             },
         };
-        Self { inner }
+        Self {
+            inner,
+            sps: Vec::new(),
+        }
+    }
+
+    /// The stack pointer of each frame of the last walk, innermost first.
+    pub fn stack_pointers(&self) -> &[u64] {
+        &self.sps
     }
 
     /// Forgets every module (the rule cache forgets their rules by itself).
@@ -255,6 +266,8 @@ impl Walker {
         out: &mut Vec<Frame>,
     ) -> UnwindEnd {
         out.clear();
+        self.sps.clear();
+        let sps = &mut self.sps;
         let base = registers.sp;
         let len = stack.len() as u64;
         let mut read = |address: u64| -> Result<u64, ()> {
@@ -281,6 +294,7 @@ impl Walker {
                     &mut read,
                     max_depth,
                     out,
+                    sps,
                 )
             }
             Inner::Aarch64 { unwinder, cache } => {
@@ -306,6 +320,7 @@ impl Walker {
                     &mut read,
                     max_depth,
                     out,
+                    sps,
                 )
             }
         };
@@ -341,6 +356,7 @@ fn walk_with<U, F>(
     read: &mut F,
     max_depth: usize,
     out: &mut Vec<Frame>,
+    sps: &mut Vec<u64>,
 ) -> Result<UnwindEnd, framehop::Error>
 where
     U: Unwinder,
@@ -352,6 +368,7 @@ where
     });
     let mut address = FrameAddress::InstructionPointer(ip);
     let mut sp = sp_of(&regs);
+    sps.push(sp);
     loop {
         if out.len() >= max_depth {
             return Ok(UnwindEnd::DepthLimit);
@@ -373,6 +390,7 @@ where
             address: return_address,
             return_address: true,
         });
+        sps.push(new_sp);
         address = next;
         sp = new_sp;
     }

@@ -28,6 +28,7 @@
 #define MAP_TYPE_ARRAY 2
 #define MAP_TYPE_PERCPU_ARRAY 6
 #define MAP_TYPE_RINGBUF 27
+#define MAP_TYPE_LRU_HASH 9
 
 /* The kernel's structures, reduced to the fields read; CO-RE relocates the offsets
  * against the running kernel's BTF. */
@@ -77,6 +78,27 @@ struct pt_regs {
 #define STACK_CHUNK 4096
 #define MAX_KSTACK_FRAMES 32
 
+/* The CPython frame walk (`python` map): at most MAX_PY_FRAMES entries per sample
+ * (frames and shims), at most MAX_PY_THREADS thread states looked through. */
+#define MAX_PY_FRAMES 64
+#define MAX_PY_THREADS 64
+/* Bytes of a _PyInterpreterFrame read (every field the walk uses lies in them), and of
+ * a code object from its first stamp field (co_firstlineno to co_filename). */
+#define PY_FRAME_HEADER 80
+#define PY_CODE_STAMP 56
+#define PY_NONE 0xffffffffffffffffULL
+
+/* What the Python walk found (`py_state`). */
+#define PY_OFF 0         /* the process has no Python configuration */
+#define PY_OK 1          /* `py_count` entries, newest first */
+#define PY_NO_THREAD 2   /* no thread state has the thread's id */
+#define PY_FAULT 3       /* memory could not be read at `py_fault_addr` */
+#define PY_TRUNCATED 4   /* MAX_PY_FRAMES entries and the chain goes on (or loops) */
+
+/* `struct py_frame.flags`, as `python::PythonFrame`'s. */
+#define PY_FLAG_ENTRY 1
+#define PY_FLAG_SHIM 4
+
 /* How the slot is found (`mode`). */
 #define MODE_OFF 0
 #define MODE_TP_OFFSET 1
@@ -125,6 +147,37 @@ struct ctx_target {
     __u64 max_attrs;   /* largest attrs-data sent; records beyond are STATE_TOO_LARGE */
 };
 
+/* Written by user space: one Python process's offsets (`python::Offsets`), the value
+ * of its `python` entry. PY_NONE marks a field the version has not. */
+struct py_target {
+    __u64 interpreters_head_at; /* &_PyRuntime.interpreters.head */
+    __u64 threads_head;         /* PyInterpreterState.threads.head */
+    __u64 tstate_next;
+    __u64 tstate_native_thread_id;
+    __u64 tstate_cframe;        /* 3.11: PyThreadState.cframe; else PY_NONE */
+    __u64 current_frame;        /* _PyCFrame.current_frame or PyThreadState.current_frame */
+    __u64 frame_code;
+    __u64 frame_previous;
+    __u64 frame_instr;
+    __u64 frame_owner;
+    __u64 frame_is_entry;       /* 3.11; else PY_NONE */
+    __u64 owner_shim;           /* the smallest owner of a shim; PY_NONE in 3.11 */
+    __u64 code_tag_mask;
+    __u64 code_stamp_from;      /* min(co_firstlineno, co_filename), 8-aligned */
+    __u64 code_firstlineno;     /* from code_stamp_from (4-aligned) */
+    __u64 code_filename;        /* from code_stamp_from (8-aligned) */
+    __u64 code_adaptive;
+};
+
+/* One entry of a sample's Python frames (`python::PythonFrame`). */
+struct py_frame {
+    __u64 frame;
+    __u64 code;
+    __u64 stamp;       /* co_filename ^ (co_firstlineno << 48) */
+    __u32 instruction; /* code units from co_code_adaptive */
+    __u32 flags;
+};
+
 /* Sent to user space. Field order keeps every field naturally aligned. */
 struct ctx_sample {
     __u32 tid;
@@ -145,6 +198,10 @@ struct ctx_sample {
     __u16 kstack_len;  /* kernel frames in `kstack` */
     __u16 pad2;
     __u64 kstack[MAX_KSTACK_FRAMES];
+    __u32 py_state;    /* PY_* */
+    __u32 py_count;    /* entries of `py` */
+    __u64 py_fault_addr;
+    struct py_frame py[MAX_PY_FRAMES];
     __u8 stack[MAX_STACK]; /* only stack_len bytes of it are sent */
 };
 
@@ -163,7 +220,11 @@ _Static_assert(__builtin_offsetof(struct ctx_sample, regs) == 704, "ctx_sample l
 _Static_assert(__builtin_offsetof(struct ctx_sample, stack_len) == 736, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, kstack_len) == 740, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, kstack) == 744, "ctx_sample layout");
-_Static_assert(__builtin_offsetof(struct ctx_sample, stack) == 1000, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, py_state) == 1000, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, py) == 1016, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, stack) == 1016 + 32 * MAX_PY_FRAMES,
+               "ctx_sample layout");
+_Static_assert(sizeof(struct py_target) == 17 * 8, "py_target is 17 words");
 
 struct {
     __uint(type, MAP_TYPE_ARRAY);
@@ -179,6 +240,23 @@ struct {
     __type(key, __u32);
     __type(value, struct ctx_target);
 } targets SEC(".maps");
+
+/* The Python processes, by process id: where the walk finds their frames. */
+struct {
+    __uint(type, MAP_TYPE_HASH);
+    __uint(max_entries, MAX_PROCESSES);
+    __type(key, __u32);
+    __type(value, struct py_target);
+} python SEC(".maps");
+
+/* Each Python thread's thread state, as last found (by thread id): checked against the
+ * thread's id before it is used, so a stale entry only costs the walk it saves. */
+struct {
+    __uint(type, MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u32);
+    __type(value, __u64);
+} py_threads SEC(".maps");
 
 /* Counters per CPU: 0 = ticks that interrupted a target, 1 = samples lost because the
  * ring buffer was full. */
@@ -360,6 +438,171 @@ static __always_inline void sample_stack(struct ctx_sample *s, __u64 size) {
     s->stack_len = copied;
 }
 
+static __always_inline __u64 word_at(const __u8 *bytes, __u64 at) {
+    return *(const __u64 *)(bytes + (at & 0x78));
+}
+
+/* The state of one Python walk, shared with the bpf_loop callbacks below (bpf_loop
+ * keeps the verifier's work per step, whatever the number of steps). */
+struct py_walk {
+    struct ctx_sample *s;
+    const struct py_target *p;
+    __u64 tstate; /* the thread state being looked at, then the thread's */
+    __u64 frame;  /* the next frame to read */
+    __u32 tid;
+    __u32 found;  /* 1: the thread's state is `tstate`; 2: the walk is over */
+};
+
+/* One thread state of the interpreter's list: 1 (stop) once the thread's is found, the
+ * list ends, or a read fails. */
+static long py_thread_step(__u64 i, struct py_walk *w) {
+    struct ctx_sample *s = w->s;
+    const struct py_target *p = w->p;
+    __u64 native, at;
+    if (!w->tstate)
+        return 1;
+    at = w->tstate + p->tstate_native_thread_id;
+    if (read_u64(&native, at)) {
+        s->py_fault_addr = at;
+        w->found = 2;
+        return 1;
+    }
+    if (native == w->tid) {
+        w->found = 1;
+        return 1;
+    }
+    at = w->tstate + p->tstate_next;
+    if (read_u64(&w->tstate, at)) {
+        s->py_fault_addr = at;
+        w->found = 2;
+        return 1;
+    }
+    return 0;
+}
+
+/* One _PyInterpreterFrame: a shim is kept as a marker (and marks the frame above it as
+ * an entry), a frame whose instruction lies before its code (not started) is left out.
+ * 1 (stop) at the end of the chain, when the sample is full, or when a read fails. */
+static long py_frame_step(__u64 i, struct py_walk *w) {
+    struct ctx_sample *s = w->s;
+    const struct py_target *p = w->p;
+    __u64 frame = w->frame, at;
+    if (!frame) {
+        s->py_state = PY_OK;
+        return 1;
+    }
+    __u32 n = s->py_count;
+    if (n >= MAX_PY_FRAMES) {
+        s->py_state = PY_TRUNCATED;
+        return 1;
+    }
+    __u8 header[PY_FRAME_HEADER + 48];
+    if (bpf_probe_read_user(header, PY_FRAME_HEADER, (const void *)frame)) {
+        s->py_fault_addr = frame;
+        s->py_state = PY_FAULT;
+        return 1;
+    }
+    __u8 owner = header[p->frame_owner & 0x7f];
+    __u64 previous = word_at(header, p->frame_previous);
+    struct py_frame *f = &s->py[n & (MAX_PY_FRAMES - 1)];
+    struct py_frame *above = &s->py[(n - 1) & (MAX_PY_FRAMES - 1)];
+    if (p->owner_shim != PY_NONE && owner >= p->owner_shim) {
+        if (n > 0)
+            above->flags |= PY_FLAG_ENTRY;
+        f->frame = frame;
+        f->code = 0;
+        f->stamp = 0;
+        f->instruction = 0;
+        f->flags = PY_FLAG_SHIM;
+        s->py_count = n + 1;
+    } else {
+        __u64 code = word_at(header, p->frame_code) & ~p->code_tag_mask;
+        __u64 instr = word_at(header, p->frame_instr);
+        __u64 first = code + p->code_adaptive;
+        int entry = p->frame_is_entry != PY_NONE && header[p->frame_is_entry & 0x7f];
+        if (code && instr >= first) {
+            __u8 stamp[PY_CODE_STAMP + 72];
+            at = code + p->code_stamp_from;
+            if (bpf_probe_read_user(stamp, PY_CODE_STAMP, (const void *)at)) {
+                s->py_fault_addr = at;
+                s->py_state = PY_FAULT;
+                return 1;
+            }
+            __u32 line = *(const __u32 *)(stamp + (p->code_firstlineno & 0x3c));
+            f->frame = frame;
+            f->code = code;
+            f->stamp = word_at(stamp, p->code_filename) ^ ((__u64)line << 48);
+            f->instruction = (__u32)((instr - first) / 2);
+            /* FRAME_OWNED_BY_GENERATOR is 1. */
+            f->flags = (entry ? PY_FLAG_ENTRY : 0) | (owner == 1 ? 2 : 0);
+            s->py_count = n + 1;
+        } else if (entry && n > 0) {
+            above->flags |= PY_FLAG_ENTRY;
+        }
+    }
+    if (previous == frame) {
+        s->py_state = PY_TRUNCATED;
+        return 1;
+    }
+    w->frame = previous;
+    return 0;
+}
+
+/* The thread `tid`'s Python frames, newest first, into `s->py`: its thread state from
+ * the interpreter's list (by native thread id), then the _PyInterpreterFrame chain as
+ * `PythonProcess::walk` walks it. Every read is a bpf_probe_read_user; both walks are
+ * bounded (MAX_PY_THREADS, MAX_PY_FRAMES). */
+static __always_inline void sample_python(struct ctx_sample *s, const struct py_target *p,
+                                          __u32 tid) {
+    struct py_walk w = {.s = s, .p = p, .tid = tid};
+    __u64 interp, at;
+    s->py_state = PY_FAULT;
+    /* The thread state found last time, if it still has the thread's id. */
+    const __u64 *known = bpf_map_lookup_elem(&py_threads, &tid);
+    if (known) {
+        w.tstate = *known;
+        py_thread_step(0, &w);
+    }
+    if (w.found != 1) {
+        w.found = 0;
+        if (read_u64(&interp, p->interpreters_head_at)) {
+            s->py_fault_addr = p->interpreters_head_at;
+            return;
+        }
+        at = interp + p->threads_head;
+        if (read_u64(&w.tstate, at)) {
+            s->py_fault_addr = at;
+            return;
+        }
+        bpf_loop(MAX_PY_THREADS, py_thread_step, &w, 0);
+        if (w.found == 2)
+            return;
+        if (w.found != 1) {
+            s->py_state = PY_NO_THREAD;
+            return;
+        }
+        bpf_map_update_elem(&py_threads, &tid, &w.tstate, 0);
+    }
+    if (p->tstate_cframe != PY_NONE) {
+        __u64 cframe;
+        at = w.tstate + p->tstate_cframe;
+        if (read_u64(&cframe, at)) {
+            s->py_fault_addr = at;
+            return;
+        }
+        at = cframe + p->current_frame;
+    } else {
+        at = w.tstate + p->current_frame;
+    }
+    if (read_u64(&w.frame, at)) {
+        s->py_fault_addr = at;
+        return;
+    }
+    /* A chain still going after MAX_PY_FRAMES + 1 steps is cut (or loops). */
+    s->py_state = PY_TRUNCATED;
+    bpf_loop(MAX_PY_FRAMES + 1, py_frame_step, &w, 0);
+}
+
 SEC("perf_event")
 int sample_thread_context(void *ctx) {
     __u32 zero = 0;
@@ -394,7 +637,13 @@ int sample_thread_context(void *ctx) {
     s->stack_len = 0;
     s->kstack_len = 0;
     s->pad2 = 0;
+    s->py_state = PY_OFF;
+    s->py_count = 0;
+    s->py_fault_addr = 0;
     sample_task(s, t);
+    const struct py_target *py = bpf_map_lookup_elem(&python, &tgid);
+    if (py)
+        sample_python(s, py, (__u32)pid_tgid);
     if (c->stack_size)
         sample_stack(s, c->stack_size);
     if (c->kernel_stack) {

@@ -32,6 +32,10 @@
 //!   allocating ([`ThreadReader::sample_into`], [`RecordBuffer`], [`StackBuffer`]).
 //! - [`ProcessMaps`]: one pass over `/proc/<pid>/maps` (the context's mapping and the
 //!   mapped files), shared by the readers.
+//! - [`python`]: CPython 3.11, 3.13 and 3.14's own frames in the target
+//!   ([`python::PythonProcess`]: the interpreter, each thread's frame chain, the code
+//!   objects' names), walked by the sampler while a thread is stopped or by the eBPF
+//!   program.
 //! - The errors, each with a message that says what to do: [`Error`], [`ThreadError`],
 //!   [`SampleError`], [`SamplerError`].
 //!
@@ -56,6 +60,7 @@ pub mod maps;
 pub mod memory;
 pub mod process;
 pub mod procfs;
+pub mod python;
 pub mod sampler;
 mod sys;
 pub mod thread;

@@ -90,8 +90,16 @@ pub struct Target {
 impl Target {
     /// Starts `exe` (`busy_routes`) with `env` added, and waits for its `ready` line.
     pub fn start(exe: &Path, env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(exe)
-            .envs(env.iter().copied())
+        let mut command = Command::new(exe);
+        command.envs(env.iter().copied());
+        Self::spawn(command)
+    }
+
+    /// Starts `command`, a target that prints a `ready` line and answers each line of
+    /// its standard input with its iterations so far (`busy_routes`, the Python
+    /// service), and waits for its `ready` line.
+    pub fn spawn(mut command: Command) -> Self {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

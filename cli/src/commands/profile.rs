@@ -64,9 +64,14 @@ pub struct Request {
     /// Sample with ptrace (stopping each running thread) instead of eBPF.
     #[arg(long)]
     pub ptrace: bool,
-    /// Give frames their source file and line (from DWARF).
+    /// Give frames their source file and line (from DWARF; Python frames from their
+    /// code objects).
     #[arg(long)]
     pub lines: bool,
+    /// Keep the native frames of Python processes (`--native false`: their Python
+    /// frames alone, as py-spy shows them).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub native: bool,
     /// Bytes of each sample's stack to copy for unwinding (at most 65536).
     #[arg(long, default_value_t = DEFAULT_STACK_SIZE)]
     pub stack_size: usize,
@@ -119,6 +124,7 @@ impl Request {
             .with_max_processes(self.max_processes);
         let profile = ProfileOptions::default()
             .with_lines(self.lines)
+            .with_native(self.native)
             .with_filter(filter);
         SessionOptions::default()
             .with_sampler(sampler)
@@ -322,6 +328,11 @@ fn summary(
     }
     out.push('\n');
     out.push_str(&symbols_lines(profile));
+    out.push_str(&super::profile_python::summary(
+        session.sampler(),
+        session.pid(),
+        stats,
+    ));
     if !fetches.is_empty() {
         let fetched = fetches.iter().filter(|f| f.outcome.is_ok()).count();
         let n = fetches.len() as u64;
@@ -399,6 +410,7 @@ mod tests {
             format: None,
             ptrace: false,
             lines: false,
+            native: true,
             stack_size: DEFAULT_STACK_SIZE,
             quiet: false,
         }

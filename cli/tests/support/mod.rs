@@ -21,6 +21,29 @@ pub fn run(args: &[&str]) -> Output {
         .expect("run otel-ctx")
 }
 
+/// An empty directory of the tests' own, `<CARGO_TARGET_TMPDIR>/<name>`.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// Folded stacks: frames (root first) to samples.
+pub type Folded = std::collections::BTreeMap<Vec<String>, u64>;
+
+/// Reads folded stacks (`frame;frame;... count` lines).
+pub fn read_folded(path: &Path) -> Folded {
+    let body = std::fs::read_to_string(path).expect("read the folded stacks");
+    body.lines()
+        .map(|line| {
+            let (stack, count) = line.rsplit_once(' ').expect("`stack count`");
+            let frames = stack.split(';').map(str::to_owned).collect();
+            (frames, count.parse().expect("a count"))
+        })
+        .collect()
+}
+
 /// Output bytes as text (invalid UTF-8 replaced), for assertions and messages.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -288,9 +288,9 @@ impl FleetProfiler {
     pub fn step(&mut self, wait: Duration) -> Result<(), SamplerError> {
         let processes = &mut self.processes;
         let step = self.sampler.step(wait, |sample| {
-            processes.get_mut(&sample.pid).is_some_and(|followed| {
-                to_profile_sample(sample, |s| followed.profiler.add(s).outside_modules)
-            })
+            processes
+                .get_mut(&sample.pid)
+                .is_some_and(|followed| to_profile_sample(sample, &mut followed.profiler))
         })?;
         for maps in &step.maps {
             self.update_maps(maps);

@@ -10,18 +10,34 @@ mod scout;
 pub use fleet::{FleetCounts, FleetOptions, FleetProfiler, Member};
 pub use process::{ProcessProfiler, SessionOptions};
 
-use crate::Sample;
+use crate::{Profiler, Sample};
 
-/// Hands a sampler's sample to `add` as the profile layer's [`Sample`]; whether the
-/// sample suggests the process's mappings changed. A sample without registers (the
-/// thread could not be stopped, or no stack was copied) has nothing to unwind.
-fn to_profile_sample(
-    sample: &otel_ctx_reader::Sample<'_>,
-    add: impl FnOnce(&Sample<'_>) -> bool,
-) -> bool {
-    let Some(registers) = sample.registers else {
+/// Hands a sampler's sample to `profiler` (with its Python frames, when it has them);
+/// whether the sample suggests the process's mappings changed. A sample without
+/// registers (the thread could not be stopped, or no stack was copied) has nothing to
+/// unwind.
+fn to_profile_sample(sample: &mut otel_ctx_reader::Sample<'_>, profiler: &mut Profiler) -> bool {
+    let otel_ctx_reader::Sample {
+        tid,
+        thread_name,
+        registers,
+        stack,
+        context,
+        python,
+        ..
+    } = sample;
+    let Some(registers) = *registers else {
         return false;
     };
-    let context = sample.context().map(Into::into);
-    add(&Sample::new(sample.tid, sample.thread_name, registers, sample.stack).with_context(context))
+    let context = context
+        .as_ref()
+        .ok()
+        .and_then(Option::as_ref)
+        .map(Into::into);
+    let profiled = Sample::new(*tid, thread_name, registers, stack).with_context(context);
+    let outcome = match python {
+        Some(python) => profiler.add_with_python(&profiled, python.interpreter, python.frames),
+        None => profiler.add(&profiled),
+    };
+    outcome.outside_modules
 }

@@ -130,9 +130,9 @@ impl ProcessProfiler {
             return Ok(false);
         }
         let profiler = &mut self.profiler;
-        let step = self.sampler.step(wait, |sample| {
-            to_profile_sample(sample, |s| profiler.add(s).outside_modules)
-        })?;
+        let step = self
+            .sampler
+            .step(wait, |sample| to_profile_sample(sample, profiler))?;
         for maps in &step.maps {
             self.profiler.update_maps(maps);
         }

@@ -20,10 +20,13 @@
 //! A thread is sampled only while it runs on a CPU: a thread blocked for the whole
 //! interval yields no sample, which is what a CPU profiler wants. The program is loaded
 //! and attached with aya; the loader needs root (or `CAP_BPF` with `CAP_PERFMON`) and a
-//! kernel that exposes BTF in `/sys/kernel/btf/vmlinux`.
+//! kernel that exposes BTF in `/sys/kernel/btf/vmlinux` and has `bpf_loop` (Linux 5.17),
+//! whose steps walk a Python process's frames
+//! ([`EbpfSampler::set_process_python`]).
 
 mod error;
 mod publications;
+mod python;
 mod targets;
 mod wire;
 
@@ -46,6 +49,7 @@ use targets::Targets;
 
 pub use error::EbpfError;
 pub use publications::{PublicationCounters, PublicationHook};
+pub use python::EbpfPython;
 pub use targets::EbpfReaders;
 pub use wire::{
     EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_PROCESSES, EBPF_MAX_RECORD_SIZE,
@@ -230,6 +234,9 @@ pub struct EbpfSample<'a> {
     /// (empty unless [`EbpfOptions::kernel_stack`]); [`EbpfSample::kernel_frame`] reads
     /// one.
     pub kernel_frames: &'a [u8],
+    /// Its Python frames, when the process's are walked
+    /// ([`EbpfSampler::set_process_python`]).
+    pub python: EbpfPython<'a>,
 }
 
 impl EbpfSample<'_> {
@@ -403,6 +410,7 @@ impl EbpfSampler {
         // Should the kernel refuse, the program goes on sampling the process, and its
         // samples are dropped here as those of a process not followed.
         let _ = self.targets_map.remove(&pid);
+        python::forget(&mut self.ebpf, pid);
         true
     }
 
@@ -532,6 +540,11 @@ impl EbpfSampler {
             registers: decoded.registers,
             stack: &entry[decoded.stack],
             kernel_frames: &entry[decoded.kernel_frames],
+            python: EbpfPython::new(
+                decoded.python.0,
+                decoded.python.1,
+                &entry[decoded.python.2.clone()],
+            ),
         })
     }
 

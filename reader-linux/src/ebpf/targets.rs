@@ -23,6 +23,13 @@ impl EbpfReaders for ThreadReader {
     }
 }
 
+/// A process followed with a reader, or for its stacks only (`None`).
+impl EbpfReaders for Option<ThreadReader> {
+    fn reader_mut(&mut self, pid: u32) -> Option<&mut ThreadReader> {
+        self.as_mut().and_then(|r| r.reader_mut(pid))
+    }
+}
+
 impl<R: EbpfReaders + ?Sized> EbpfReaders for &mut R {
     fn reader_mut(&mut self, pid: u32) -> Option<&mut ThreadReader> {
         (**self).reader_mut(pid)

@@ -123,7 +123,15 @@ const REGS: usize = ATTRS + EBPF_MAX_ATTRS + 6;
 const STACK_LEN: usize = REGS + 32;
 const KSTACK_LEN: usize = STACK_LEN + 4;
 const KSTACK: usize = KSTACK_LEN + 4;
-const STACK: usize = KSTACK + 8 * EBPF_MAX_KERNEL_FRAMES;
+const PY_STATE: usize = KSTACK + 8 * EBPF_MAX_KERNEL_FRAMES;
+const PY_COUNT: usize = PY_STATE + 4;
+const PY_FAULT: usize = PY_COUNT + 4;
+const PY: usize = PY_FAULT + 8;
+/// Bytes of one `struct py_frame`.
+pub(crate) const PY_FRAME_SIZE: usize = 32;
+/// The most Python frames (and shims) a sample carries (`MAX_PY_FRAMES`).
+pub(crate) const PY_MAX_FRAMES: usize = 64;
+const STACK: usize = PY + PY_FRAME_SIZE * PY_MAX_FRAMES;
 /// The part of `struct ctx_sample` every entry has: all but the stack bytes, of which
 /// the entry carries `stack_len`.
 pub(crate) const SAMPLE_SIZE: usize = STACK;
@@ -132,7 +140,8 @@ pub(crate) const SAMPLE_SIZE: usize = STACK;
 const _: () = assert!(PID == 4 && STATE == 8 && FAULT_WHAT == 12 && GENERATION == 16);
 const _: () = assert!(FAULT_ADDR == 48 && ATTRS_LEN == 56 && HEADER == 58 && ATTRS == 86);
 const _: () = assert!(REGS == 704 && STACK_LEN == 736 && KSTACK_LEN == 740);
-const _: () = assert!(KSTACK == 744 && STACK == 1000);
+const _: () = assert!(KSTACK == 744 && PY_STATE == 1000 && PY == 1016);
+const _: () = assert!(STACK == 1016 + 32 * 64);
 
 const STATE_NO_TLS_BLOCK: u32 = 0;
 const STATE_NULL: u32 = 1;
@@ -149,13 +158,13 @@ fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_ne_bytes(w)
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut w = [0u8; 4];
     w.copy_from_slice(&b[at..at + 4]);
     u32::from_ne_bytes(w)
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[at..at + 8]);
     u64::from_ne_bytes(w)
@@ -182,6 +191,8 @@ pub(crate) struct Decoded {
     pub stack: std::ops::Range<usize>,
     /// The kernel return addresses, innermost first.
     pub kernel_frames: std::ops::Range<usize>,
+    /// What the Python walk found (`PY_*`), where it faulted, and its frames' range.
+    pub python: (u32, u64, std::ops::Range<usize>),
 }
 
 /// The `n`-th native-endian word of `bytes`.
@@ -230,6 +241,10 @@ pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
         || entry.len() != SAMPLE_SIZE + stack_len
         || kernel_frames > EBPF_MAX_KERNEL_FRAMES
     {
+        return None;
+    }
+    let py_count = u32_at(entry, PY_COUNT) as usize;
+    if py_count > PY_MAX_FRAMES {
         return None;
     }
     let state = u32_at(entry, STATE);
@@ -285,6 +300,11 @@ pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
         },
         stack: STACK..STACK + stack_len,
         kernel_frames: KSTACK..KSTACK + 8 * kernel_frames,
+        python: (
+            u32_at(entry, PY_STATE),
+            u64_at(entry, PY_FAULT),
+            PY..PY + PY_FRAME_SIZE * py_count,
+        ),
     })
 }
 

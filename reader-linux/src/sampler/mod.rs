@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Error;
 use crate::maps::ProcessMaps;
+use crate::python::{PythonError, PythonFrame, PythonProcess, PythonStack};
 use crate::thread::reader::{
     ThreadContextRef, ThreadError, ThreadReader, ThreadReaderOptions, ThreadReport,
 };
@@ -123,6 +124,9 @@ pub struct SamplerOptions {
     /// Refuse a process whose context announces no known thread-context schema,
     /// instead of reading it anyway. Default `false`.
     pub require_known_schema: bool,
+    /// Walk the frames of the processes that run CPython (3.11, 3.13, 3.14) with each
+    /// sample ([`Sample::python`]; only when stacks are copied). Default `true`.
+    pub python: bool,
 }
 
 impl Default for SamplerOptions {
@@ -135,6 +139,7 @@ impl Default for SamplerOptions {
             max_processes: 1024,
             thread_reader: ThreadReaderOptions::default(),
             require_known_schema: false,
+            python: true,
         }
     }
 }
@@ -192,6 +197,13 @@ impl SamplerOptions {
         self.require_known_schema = require;
         self
     }
+
+    /// Sets [`python`](Self::python).
+    #[must_use]
+    pub const fn with_python(mut self, python: bool) -> Self {
+        self.python = python;
+        self
+    }
 }
 
 /// Why a sampler cannot start or cannot follow a process.
@@ -229,7 +241,8 @@ pub enum SamplerError {
     },
 }
 
-/// One sample, as [`Sampler::step`] hands it over: borrowed until the callback returns.
+/// One sample, as [`Sampler::step`] hands it over: borrowed until the callback returns
+/// (mutably: naming its Python frames fills the interpreter's cache).
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Sample<'a> {
@@ -250,6 +263,20 @@ pub struct Sample<'a> {
     /// Its thread context (`Ok(None)`: none attached, or the process is followed for its
     /// stacks only), or why it could not be read.
     pub context: Result<Option<ThreadContextRef<'a>>, &'a SampleError>,
+    /// Its Python frames, when its process runs CPython ([`SamplerOptions::python`]).
+    pub python: Option<PythonSample<'a>>,
+}
+
+/// A sample's Python frames, with the interpreter that names their code objects.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct PythonSample<'a> {
+    /// The process's interpreter: its code objects are named through it (their names
+    /// are cached there), while the process runs.
+    pub interpreter: &'a mut PythonProcess,
+    /// The frames, newest first, as the walk found them (shims among them), or why it
+    /// could not walk them (the sample keeps its native stack).
+    pub frames: Result<&'a [PythonFrame], &'a PythonError>,
 }
 
 impl<'a> Sample<'a> {
@@ -332,6 +359,8 @@ pub struct Sampler {
     order: Vec<u32>,
     stats: SamplerStats,
     exits_checked: Instant,
+    /// The Python frames of the sample being handed over.
+    python_frames: PythonStack,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -361,6 +390,7 @@ impl Sampler {
             order: Vec::new(),
             stats: SamplerStats::default(),
             exits_checked: Instant::now(),
+            python_frames: PythonStack::new(),
         })
     }
 
@@ -428,10 +458,15 @@ impl Sampler {
         let (process, reader, maps) = Process::from_prepared(prepared);
         match &mut self.engine {
             #[cfg(feature = "ebpf")]
-            Engine::Ebpf(sampler) => match &reader {
-                Ok(reader) => sampler.add_process(reader)?,
-                Err(_) => sampler.add_process_stacks(pid)?,
-            },
+            Engine::Ebpf(sampler) => {
+                match &reader {
+                    Ok(reader) => sampler.add_process(reader)?,
+                    Err(_) => sampler.add_process_stacks(pid)?,
+                }
+                if let Some(python) = &process.python {
+                    sampler.set_process_python(pid, python)?;
+                }
+            }
             Engine::Ptrace(_) => {}
         }
         let following = match reader {
@@ -481,6 +516,18 @@ impl Sampler {
         self.readers.get(&pid)
     }
 
+    /// The CPython interpreter of process `pid`, whose frames its samples carry: its
+    /// version, module and name cache.
+    pub fn python(&self, pid: u32) -> Option<&PythonProcess> {
+        self.processes.get(&pid)?.python.as_ref()
+    }
+
+    /// Why process `pid`, which claims to run CPython, gets no Python frames (a version
+    /// this reader refuses, or no interpreter after all).
+    pub fn python_refusal(&self, pid: u32) -> Option<&str> {
+        self.processes.get(&pid)?.python_refusal.as_deref()
+    }
+
     /// Stops following process `pid` and hands its thread reader over (`None` for a
     /// process not followed, or followed for its stacks only): for a caller that read
     /// what it needed ([`snapshot`](Self::snapshot)) and keeps describing the process.
@@ -522,7 +569,7 @@ impl Sampler {
     /// exited processes are dropped (both said in the returned [`Step`]).
     pub fn step<F>(&mut self, wait: Duration, mut on_sample: F) -> Result<Step, SamplerError>
     where
-        F: FnMut(&Sample<'_>) -> bool,
+        F: FnMut(&mut Sample<'_>) -> bool,
     {
         let Self {
             engine,
@@ -530,6 +577,7 @@ impl Sampler {
             processes,
             stats,
             order,
+            python_frames,
             ..
         } = self;
         match engine {
@@ -542,11 +590,22 @@ impl Sampler {
                         continue;
                     };
                     let taken = !s.stack.is_empty() || s.registers != UserRegisters::default();
+                    let walked;
+                    let python = match process.python.as_mut() {
+                        Some(interpreter) if s.python.is_walked() => {
+                            walked = s.python.frames_into(python_frames);
+                            Some(PythonSample {
+                                interpreter,
+                                frames: walked.as_ref().map(|()| python_frames.frames()),
+                            })
+                        }
+                        _ => None,
+                    };
                     let suspect = {
-                        let sample = Sample {
+                        let mut sample = Sample {
                             pid: s.pid,
                             tid: s.tid,
-                            thread_name: process.thread_name(s.pid, s.tid),
+                            thread_name: process.names.get(s.pid, s.tid),
                             registers: taken.then_some(s.registers),
                             stack: s.stack,
                             kernel_frames: s.kernel_frames,
@@ -554,15 +613,23 @@ impl Sampler {
                                 Ok(context) => Ok(context.clone()),
                                 Err(e) => Err(e),
                             },
+                            python,
                         };
-                        deliver(stats, &sample, &mut on_sample)
+                        deliver(stats, &mut sample, &mut on_sample)
                     };
                     process.suspect |= suspect;
                 }
             }
             Engine::Ptrace(rounds) => {
                 if rounds.wait(wait) {
-                    rounds.round(order, processes, readers, stats, &mut on_sample)?;
+                    rounds.round(
+                        order,
+                        processes,
+                        readers,
+                        stats,
+                        python_frames,
+                        &mut on_sample,
+                    )?;
                 }
             }
         }
@@ -649,9 +716,9 @@ impl Sampler {
 
 /// Counts a sample and hands it to the caller; whether the process may have changed
 /// (the caller said so, or the slot could not be computed).
-fn deliver<F>(stats: &mut SamplerStats, sample: &Sample<'_>, on_sample: &mut F) -> bool
+fn deliver<F>(stats: &mut SamplerStats, sample: &mut Sample<'_>, on_sample: &mut F) -> bool
 where
-    F: FnMut(&Sample<'_>) -> bool,
+    F: FnMut(&mut Sample<'_>) -> bool,
 {
     stats.samples += 1;
     let mut suspect = false;

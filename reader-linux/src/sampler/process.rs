@@ -7,6 +7,7 @@ use std::time::Instant;
 use crate::error::Error;
 use crate::maps::ProcessMaps;
 use crate::procfs;
+use crate::python::{PythonError, PythonProcess};
 use crate::thread::reader::{ThreadError, ThreadReader};
 use crate::thread::stack::StackReader;
 
@@ -45,6 +46,9 @@ pub struct PreparedProcess {
     /// The pass over its maps the reader was opened with.
     pub maps: ProcessMaps,
     reader: Result<ThreadReader, ThreadError>,
+    /// Its CPython interpreter (`Ok(None)`: it runs none, or the sampler walks no Python
+    /// frames), or why one that claims to be Python is refused.
+    python: Result<Option<PythonProcess>, PythonError>,
 }
 
 impl PreparedProcess {
@@ -65,6 +69,11 @@ impl PreparedProcess {
         let pid = maps.pid;
         let start_time = procfs::start_time(pid).ok_or_else(|| Error::gone(pid))?;
         let reader = open_reader(&maps, options);
+        let python = if options.python && options.stack_size > 0 {
+            PythonProcess::find(&maps)
+        } else {
+            Ok(None)
+        };
         match reader {
             // Not being able to read the process is not a process without contexts.
             Err(ThreadError::Process(e)) => Err(e.into()),
@@ -74,6 +83,7 @@ impl PreparedProcess {
                 start_time,
                 maps,
                 reader,
+                python,
             }),
         }
     }
@@ -110,7 +120,11 @@ pub(super) struct Process {
     /// takes its own).
     pub stacks: StackReader,
     /// Thread names, read once per thread.
-    names: HashMap<u32, String>,
+    pub names: Names,
+    /// Its CPython interpreter, whose frames each sample walks.
+    pub python: Option<PythonProcess>,
+    /// Why a process that claims to run CPython gets no Python frames.
+    pub python_refusal: Option<String>,
     /// Set on evidence that its mappings or context changed.
     pub suspect: bool,
     /// When its maps were last read, and its key map last looked at.
@@ -126,27 +140,22 @@ impl Process {
         prepared: PreparedProcess,
     ) -> (Self, Result<ThreadReader, ThreadError>, ProcessMaps) {
         let now = Instant::now();
+        let (python, python_refusal) = match prepared.python {
+            Ok(python) => (python, None),
+            Err(e) => (None, Some(format!("{} ({e})", e.kind()))),
+        };
         let process = Self {
             start_time: prepared.start_time,
             stacks: StackReader::new(prepared.pid),
-            names: HashMap::new(),
+            names: Names::default(),
+            python,
+            python_refusal,
             suspect: false,
             maps_read: now,
             key_map_read: now,
             gained_contexts: false,
         };
         (process, prepared.reader, prepared.maps)
-    }
-
-    /// The name of thread `tid`, read once.
-    pub fn thread_name(&mut self, pid: u32, tid: u32) -> &str {
-        // A process with many short-lived threads would grow the map without end.
-        if self.names.len() >= MAX_NAMES && !self.names.contains_key(&tid) {
-            self.names.clear();
-        }
-        self.names
-            .entry(tid)
-            .or_insert_with(|| procfs::thread_name(pid, tid))
     }
 
     /// Whether the process exited, or another took its id.
@@ -200,3 +209,20 @@ impl Process {
 
 /// The most thread names kept per process before they are read again.
 const MAX_NAMES: usize = 4096;
+
+/// A process's thread names, each read once.
+#[derive(Debug, Default)]
+pub(super) struct Names(HashMap<u32, String>);
+
+impl Names {
+    /// The name of thread `tid` of process `pid`.
+    pub fn get(&mut self, pid: u32, tid: u32) -> &str {
+        // A process with many short-lived threads would grow the map without end.
+        if self.0.len() >= MAX_NAMES && !self.0.contains_key(&tid) {
+            self.0.clear();
+        }
+        self.0
+            .entry(tid)
+            .or_insert_with(|| procfs::thread_name(pid, tid))
+    }
+}

@@ -17,11 +17,12 @@ use std::time::{Duration, Instant};
 
 use crate::procfs;
 use crate::thread::reader::{RecordBuffer, ThreadReader};
-use crate::thread::stack::{StackBuffer, UserRegisters};
+use crate::thread::stack::StackBuffer;
 use crate::thread::tls::{PtraceError, SampleError};
 
 use super::process::Process;
-use super::{deliver, Sample, SamplerError, SamplerOptions, SamplerStats, Threads};
+use super::{deliver, PythonSample, Sample, SamplerError, SamplerOptions, SamplerStats, Threads};
+use crate::python::PythonStack;
 
 /// The rounds' pace and buffers.
 pub(super) struct Rounds {
@@ -72,16 +73,18 @@ impl Rounds {
     }
 
     /// One round over every followed process, in the order they were added.
+    #[allow(clippy::too_many_arguments)]
     pub fn round<F>(
         &mut self,
         order: &[u32],
         processes: &mut HashMap<u32, Process>,
         readers: &mut HashMap<u32, ThreadReader>,
         stats: &mut SamplerStats,
+        python_frames: &mut PythonStack,
         on_sample: &mut F,
     ) -> Result<(), SamplerError>
     where
-        F: FnMut(&Sample<'_>) -> bool,
+        F: FnMut(&mut Sample<'_>) -> bool,
     {
         stats.rounds += 1;
         for &pid in order {
@@ -99,17 +102,45 @@ impl Rounds {
                 {
                     continue;
                 }
-                let taken = match reader.as_deref_mut() {
-                    Some(reader) => match &mut self.stack {
-                        Some(stack) => reader
-                            .sample_with_stack_into(tid, &mut self.records, stack)
-                            .map(|(registers, context)| (Some(registers), context)),
-                        None => reader
-                            .sample_into(tid, &mut self.records)
-                            .map(|context| (None, context)),
-                    },
-                    None => stacks_only(tid, process, self.stack.as_mut())
-                        .map(|registers| (registers, None)),
+                let Process {
+                    stacks,
+                    names,
+                    python,
+                    suspect,
+                    ..
+                } = &mut *process;
+                // The Python walk's own outcome (`None`: no walk).
+                let mut walked = None;
+                let taken = match (reader.as_deref_mut(), &mut self.stack, python.as_ref()) {
+                    (Some(reader), Some(stack), Some(interpreter)) => reader
+                        .sample_with_python_into(
+                            tid,
+                            &mut self.records,
+                            stack,
+                            interpreter,
+                            python_frames,
+                        )
+                        .map(|(registers, context, python)| {
+                            walked = Some(python);
+                            (Some(registers), context)
+                        }),
+                    (Some(reader), Some(stack), None) => reader
+                        .sample_with_stack_into(tid, &mut self.records, stack)
+                        .map(|(registers, context)| (Some(registers), context)),
+                    (Some(reader), None, _) => reader
+                        .sample_into(tid, &mut self.records)
+                        .map(|context| (None, context)),
+                    (None, Some(stack), Some(interpreter)) => stacks
+                        .sample_with_python_into(tid, stack, interpreter, python_frames)
+                        .map(|(registers, python)| {
+                            walked = Some(python);
+                            (Some(registers), None)
+                        }),
+                    (None, Some(stack), None) => stacks
+                        .sample_stack_into(tid, stack)
+                        .map(|registers| (Some(registers), None)),
+                    // No stack to copy: the thread is not stopped.
+                    (None, None, _) => Ok((None, None)),
                 };
                 let (registers, context) = match taken {
                     // Exited before it could be stopped: left out, as it would be from
@@ -122,10 +153,17 @@ impl Rounds {
                     (Some(_), Some(stack)) => stack.bytes(),
                     _ => &[],
                 };
-                let sample = Sample {
+                let python = match (walked.as_ref(), python.as_mut()) {
+                    (Some(walked), Some(interpreter)) => Some(PythonSample {
+                        interpreter,
+                        frames: walked.as_ref().map(|()| python_frames.frames()),
+                    }),
+                    _ => None,
+                };
+                let mut sample = Sample {
                     pid,
                     tid,
-                    thread_name: process.thread_name(pid, tid),
+                    thread_name: names.get(pid, tid),
                     registers,
                     stack,
                     kernel_frames: &[],
@@ -133,26 +171,14 @@ impl Rounds {
                         Ok(context) => Ok(context.clone()),
                         Err(e) => Err(e),
                     },
+                    python,
                 };
-                let suspect = deliver(stats, &sample, on_sample);
+                let changed = deliver(stats, &mut sample, on_sample);
                 drop(sample);
-                process.suspect |= suspect;
+                *suspect |= changed;
             }
         }
         Ok(())
-    }
-}
-
-/// Stops thread `tid` of a process followed for its stacks only and copies its
-/// registers and stack (nothing, with no stack to copy: the thread is not stopped).
-fn stacks_only(
-    tid: u32,
-    process: &Process,
-    stack: Option<&mut StackBuffer>,
-) -> Result<Option<UserRegisters>, SampleError> {
-    match stack {
-        Some(stack) => process.stacks.sample_stack_into(tid, stack).map(Some),
-        None => Ok(None),
     }
 }
 

@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::maps::ProcessMaps;
 use crate::memory::{ProcessMemory, ReadMethod};
 use crate::process::reader::{ProcessContextReader, ReaderOptions};
+use crate::python::{PythonError, PythonProcess, PythonStack};
 use crate::thread::stack::{copy_stopped_stack, StackBuffer, UserRegisters};
 use crate::thread::tls::{
     loaded_modules, read_slot_into, read_stopped, resolve, ElfCache, Libc, LoadedModule,
@@ -229,6 +230,14 @@ pub struct ThreadReader {
     /// The buffer [`read_thread`](Self::read_thread) samples into, kept between calls.
     scratch: RecordBuffer,
 }
+
+/// A Python walk to make while a thread is stopped: the interpreter, the frames' buffer,
+/// and where the walk's outcome goes.
+type PythonWalk<'a> = (
+    &'a PythonProcess,
+    &'a mut PythonStack,
+    &'a mut Result<(), PythonError>,
+);
 
 fn module_list(modules: &[LoadedModule]) -> Vec<(String, u64)> {
     modules.iter().map(|m| (m.path.clone(), m.bias)).collect()
@@ -481,7 +490,7 @@ impl ThreadReader {
         tid: u32,
         buffer: &'a mut RecordBuffer,
     ) -> Result<Option<ThreadContextRef<'a>>, SampleError> {
-        let (_, contents) = self.read_stopped_into(tid, buffer, None)?;
+        let (_, contents) = self.read_stopped_into(tid, buffer, None, None)?;
         Ok(self.named(contents, &buffer.attrs_data))
     }
 
@@ -495,8 +504,38 @@ impl ThreadReader {
         buffer: &'a mut RecordBuffer,
         stack: &mut StackBuffer,
     ) -> Result<(UserRegisters, Option<ThreadContextRef<'a>>), SampleError> {
-        let (registers, contents) = self.read_stopped_into(tid, buffer, Some(stack))?;
+        let (registers, contents) = self.read_stopped_into(tid, buffer, Some(stack), None)?;
         Ok((registers, self.named(contents, &buffer.attrs_data)))
+    }
+
+    /// Like [`sample_with_stack_into`](Self::sample_with_stack_into), and while the
+    /// thread is stopped also walks its Python frames with `python` (the process's
+    /// interpreter, [`PythonProcess::find`]) into `frames`. The walk's own failure is
+    /// the third value: the sample keeps its native stack and context whatever it says.
+    #[allow(clippy::type_complexity)]
+    pub fn sample_with_python_into<'a>(
+        &'a mut self,
+        tid: u32,
+        buffer: &'a mut RecordBuffer,
+        stack: &mut StackBuffer,
+        python: &PythonProcess,
+        frames: &mut PythonStack,
+    ) -> Result<
+        (
+            UserRegisters,
+            Option<ThreadContextRef<'a>>,
+            Result<(), PythonError>,
+        ),
+        SampleError,
+    > {
+        let mut walked = Ok(());
+        let (registers, contents) = self.read_stopped_into(
+            tid,
+            buffer,
+            Some(stack),
+            Some((python, frames, &mut walked)),
+        )?;
+        Ok((registers, self.named(contents, &buffer.attrs_data), walked))
     }
 
     /// Stops thread `tid`, takes its registers (and with `stack`, copies the top of its
@@ -506,12 +545,16 @@ impl ThreadReader {
         tid: u32,
         buffer: &mut RecordBuffer,
         stack: Option<&mut StackBuffer>,
+        python: Option<PythonWalk<'_>>,
     ) -> Result<(UserRegisters, SlotContents), SampleError> {
         let stopped = StoppedThread::stop(tid)?;
         let (registers, thread_pointer) = match stack {
             None => (UserRegisters::default(), stopped.thread_pointer()?),
             Some(stack) => copy_stopped_stack(&stopped, &self.memory, stack)?,
         };
+        if let Some((python, frames, walked)) = python {
+            *walked = python.sample(tid, Some(thread_pointer), frames);
+        }
         let contents = match self.resolution.slot_address(thread_pointer, &self.memory)? {
             None => SlotContents::Null,
             Some(slot) => read_slot_into(

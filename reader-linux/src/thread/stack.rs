@@ -7,6 +7,7 @@
 
 use crate::error::Error;
 use crate::memory::{ProcessMemory, ReadMethod};
+use crate::python::{PythonError, PythonProcess, PythonStack};
 use crate::thread::tls::{SampleError, StoppedThread};
 
 /// The stack copied by default: the top 16 KiB, enough for a few dozen frames of most
@@ -147,6 +148,24 @@ impl StackReader {
         let stopped = StoppedThread::stop(tid)?;
         let (registers, _) = copy_stopped_stack(&stopped, &self.memory, stack)?;
         Ok(registers)
+        // `stopped` is dropped on return: the thread runs on.
+    }
+
+    /// Like [`sample_stack_into`](Self::sample_stack_into), and while the thread is
+    /// stopped also walks its Python frames with `python` (the process's interpreter)
+    /// into `frames`. The walk's own failure is the second value: the sample keeps its
+    /// native stack whatever it says.
+    pub fn sample_with_python_into(
+        &self,
+        tid: u32,
+        stack: &mut StackBuffer,
+        python: &PythonProcess,
+        frames: &mut PythonStack,
+    ) -> Result<(UserRegisters, Result<(), PythonError>), SampleError> {
+        let stopped = StoppedThread::stop(tid)?;
+        let (registers, thread_pointer) = copy_stopped_stack(&stopped, &self.memory, stack)?;
+        let walked = python.sample(tid, Some(thread_pointer), frames);
+        Ok((registers, walked))
         // `stopped` is dropped on return: the thread runs on.
     }
 }

@@ -7,7 +7,7 @@
 use std::fmt;
 
 use object::elf;
-use object::read::elf::{FileHeader, ProgramHeader, Rela, SectionHeader, Sym};
+use object::read::elf::{Dyn, FileHeader, ProgramHeader, Rela, SectionHeader, Sym};
 use object::read::ReadRef;
 use object::Endianness;
 
@@ -250,8 +250,25 @@ impl ElfTls {
         let sections = header
             .sections(endian, data)
             .map_err(malformed("bad section headers"))?;
-        // Only a static executable needs telling its C library from its contents.
+        // Only a static executable needs telling its C library from its contents; a file
+        // that needs shared libraries (a `DT_NEEDED` entry: every shared library linked
+        // with a C library) is none, and its symbol tables (hundreds of thousands of
+        // symbols in a large library) are not searched for it.
+        let needs_libraries = phdrs
+            .iter()
+            .filter(|p| p.p_type(endian) == elf::PT_DYNAMIC)
+            .any(|p| {
+                p.dynamic(endian, data)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|entries| {
+                        entries
+                            .iter()
+                            .any(|d| d.d_tag(endian) == u64::from(elf::DT_NEEDED))
+                    })
+            });
         let libc_start = !has_interpreter
+            && !needs_libraries
             && [elf::SHT_SYMTAB, elf::SHT_DYNSYM].into_iter().any(|kind| {
                 sections.symbols(endian, data, kind).is_ok_and(|symbols| {
                     find_symbol(&symbols, &sections, endian, data, b"__libc_start_main")

@@ -76,14 +76,23 @@ type Analysis = Result<Arc<ElfTls>, Arc<SkipReason>>;
 /// files built to cost each file's budget cannot make the reader read without end.
 pub const TOTAL_FILE_BYTES: u64 = 1 << 30;
 
-/// Analyses of ELF files, by `(device, inode)`, under one [`FileBudget`] per file and
-/// [`TOTAL_FILE_BYTES`] for all of them.
-#[derive(Debug, Default)]
+/// Analyses of ELF files for one TLS symbol (`otel_thread_ctx_v1` unless made
+/// [`for_symbol`](Self::for_symbol)), by `(device, inode)`, under one [`FileBudget`] per
+/// file and [`TOTAL_FILE_BYTES`] for all of them.
+#[derive(Debug)]
 pub struct ElfCache {
     entries: HashMap<(u64, u64), Analysis>,
     budget: FileBudget,
     /// Bytes read for every analysis so far.
     spent: u64,
+    /// The TLS symbol the analyses look for.
+    symbol: &'static str,
+}
+
+impl Default for ElfCache {
+    fn default() -> Self {
+        Self::with_budget(FileBudget::default())
+    }
 }
 
 impl ElfCache {
@@ -98,6 +107,17 @@ impl ElfCache {
             entries: HashMap::new(),
             budget,
             spent: 0,
+            symbol: otel_ctx_codec::threadlocal::TLS_SYMBOL,
+        }
+    }
+
+    /// An empty cache whose analyses look for the TLS symbol `symbol` (CPython's
+    /// `_Py_tss_tstate`, say) instead of `otel_thread_ctx_v1`: [`loaded_modules`] and
+    /// [`resolve`](super::resolve) then find that symbol's slot.
+    pub fn for_symbol(symbol: &'static str) -> Self {
+        Self {
+            symbol,
+            ..Self::default()
         }
     }
 
@@ -126,7 +146,7 @@ impl ElfCache {
         let opened = open_mapped(pid, file).map_err(SkipReason::Open)?;
         let budget = self.budget.with_max_bytes(self.budget.max_bytes.min(left));
         let budgeted = BudgetedFile::new(opened.file, opened.size, budget);
-        let parsed = ElfTls::parse(budgeted.read());
+        let parsed = ElfTls::parse_for(budgeted.read(), self.symbol);
         self.spent = self.spent.saturating_add(budgeted.bytes_read());
         let analysis = match parsed {
             Ok(elf) => Ok(Arc::new(elf)),

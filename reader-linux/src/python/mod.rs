@@ -1,0 +1,370 @@
+//! CPython's own frames in another process: which interpreter it runs, each thread's
+//! `PyThreadState`, the chain of `_PyInterpreterFrame`s a thread is running, and the
+//! names of their code objects.
+//!
+//! [`PythonProcess::find`] looks for an interpreter among the process's modules (the
+//! executable, or a module whose name says Python, such as `libpython3.13.so`) by its
+//! `_PyRuntime` symbol, reads the version from the target's own `Py_Version` (and,
+//! from 3.13, from `_Py_DebugOffsets` at the start of `_PyRuntime`, whose offsets it
+//! then uses), and refuses a version it cannot read with the reason
+//! ([`PythonError::Unsupported`]). Each sample then finds the thread's `PyThreadState`
+//! (CPython's thread-local `_Py_tss_tstate` when a module exports it, resolved by the same
+//! TLS code as `otel_thread_ctx_v1`; else the interpreter's list of thread states, matched
+//! by `native_thread_id`), walks its frames newest first into a [`PythonStack`] of
+//! (frame, code object, instruction) triples, and [`PythonProcess::frame_info`] names
+//! them (qualified name, file, first line, line) from a bounded cache. Every read is
+//! bounded, and anything the target's memory says is checked before it is followed.
+//!
+//! The eBPF sampler walks the same chain in its BPF program with the same offsets; this
+//! module is also where its parameters come from.
+
+mod names;
+mod offsets;
+mod walk;
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use object::read::elf::ElfFile64;
+use object::{Endianness, Object, ObjectSymbol};
+
+use crate::files::{open_mapped, BudgetedFile, FileBudget};
+use crate::maps::ProcessMaps;
+use crate::memory::{ProcessMemory, ReadMethod};
+use crate::thread::tls::{loaded_modules, resolve, ElfCache, Libc, Resolution, TargetMemory};
+
+pub use names::{
+    CodeCache, CodeInfo, MAX_CACHED_CODES, MAX_CACHE_BYTES, MAX_LINE_TABLE, MAX_NAME_CHARS,
+};
+pub use offsets::{Offsets, PythonVersion};
+pub use walk::{PythonFrame, PythonStack, MAX_PYTHON_FRAMES, MAX_PYTHON_THREADS};
+
+/// CPython's thread-local current thread state (3.12 on).
+pub const TSTATE_SYMBOL: &str = "_Py_tss_tstate";
+
+/// Why a process's Python frames could not be read, or one sample's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PythonError {
+    /// A module defines `_PyRuntime` but not what an interpreter has with it
+    /// (`Py_Version`, `PyCode_Type`), or they say something no CPython says.
+    Fake(String),
+    /// A CPython this reader does not read, with the reason.
+    Unsupported {
+        /// The version the target's bytes say.
+        version: PythonVersion,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// Memory that could not be read (unmapped, or the process is gone).
+    Memory {
+        /// What was read.
+        what: &'static str,
+        /// Where.
+        address: u64,
+    },
+    /// The thread has no `PyThreadState` (it is not a Python thread, or the list of
+    /// thread states is longer than [`MAX_PYTHON_THREADS`]).
+    NoThreadState,
+    /// The frame chain is longer than [`MAX_PYTHON_FRAMES`], or loops.
+    Loop,
+    /// What was read is not what CPython writes.
+    Malformed(&'static str),
+    /// The frame's code object is not a code object (its type is not `PyCode_Type`).
+    NotCode {
+        /// Its address.
+        address: u64,
+    },
+    /// The code object's stamp changed since the sample: it was freed and its address
+    /// reused.
+    Reused {
+        /// Its address.
+        address: u64,
+    },
+    /// The frame has not started running, or is a shim (CPython's own walk skips both).
+    Incomplete,
+}
+
+impl PythonError {
+    /// A snake_case name, stable for summaries and JSON.
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Fake(_) => "python_fake",
+            Self::Unsupported { .. } => "python_unsupported",
+            Self::Memory { .. } => "python_memory",
+            Self::NoThreadState => "python_no_thread_state",
+            Self::Loop => "python_loop",
+            Self::Malformed(_) => "python_malformed",
+            Self::NotCode { .. } => "python_not_code",
+            Self::Reused { .. } => "python_code_reused",
+            Self::Incomplete => "python_incomplete",
+        }
+    }
+}
+
+impl fmt::Display for PythonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Fake(what) => write!(f, "not a CPython interpreter: {what}"),
+            Self::Unsupported { version, reason } => write!(f, "CPython {version}: {reason}"),
+            Self::Memory { what, address } => write!(f, "cannot read {what} at {address:#x}"),
+            Self::NoThreadState => f.write_str("the thread has no Python thread state"),
+            Self::Loop => write!(
+                f,
+                "the Python frame chain loops or is longer than {MAX_PYTHON_FRAMES} frames"
+            ),
+            Self::Malformed(what) => write!(f, "malformed Python data: {what}"),
+            Self::NotCode { address } => {
+                write!(
+                    f,
+                    "the frame's code object at {address:#x} is not a code object"
+                )
+            }
+            Self::Reused { address } => write!(
+                f,
+                "the code object at {address:#x} changed since it was sampled (freed and reused)"
+            ),
+            Self::Incomplete => f.write_str("the frame has not started"),
+        }
+    }
+}
+
+impl std::error::Error for PythonError {}
+
+/// One frame's names: its code object and the line it was at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameInfo {
+    /// The code object's names.
+    pub code: Arc<CodeInfo>,
+    /// The line of the frame's instruction.
+    pub line: u32,
+}
+
+/// The addresses of an interpreter's symbols, in the target.
+#[derive(Debug, Clone, Copy)]
+struct Symbols {
+    runtime: u64,
+    version: u64,
+    code_type: u64,
+    eval: Option<(u64, u64)>,
+}
+
+/// A process's CPython interpreter, found once ([`find`](Self::find)) and kept for the
+/// process's life: the one per followed process a sampler owns. On evidence that it
+/// changed (its modules changed, as [`ThreadReader::refresh_modules`](crate::ThreadReader::refresh_modules)
+/// says, or its walks keep failing with [`PythonError::Memory`]), find it again and
+/// replace it (the eBPF sampler's entry with it, `EbpfSampler::set_process_python`
+/// in a build with `ebpf`); the thread states it remembers are checked at every use.
+#[derive(Debug)]
+pub struct PythonProcess {
+    pid: u32,
+    version: PythonVersion,
+    offsets: Offsets,
+    module: String,
+    runtime: u64,
+    code_type: u64,
+    eval: Option<Range<u64>>,
+    tstate_tls: Option<Resolution>,
+    memory: ProcessMemory,
+    codes: CodeCache,
+    threads: std::cell::RefCell<std::collections::HashMap<u32, u64>>,
+}
+
+/// The names looked up in an interpreter's `.dynsym`.
+const SYMBOLS: [&str; 4] = [
+    "_PyRuntime",
+    "Py_Version",
+    "PyCode_Type",
+    "_PyEval_EvalFrameDefault",
+];
+
+impl PythonProcess {
+    /// Looks for a CPython interpreter in the process `maps` describes: `Ok(None)` when
+    /// no module is one (no `_PyRuntime`), an error when one claims to be and is not, or
+    /// is a version this reader refuses.
+    pub fn find(maps: &ProcessMaps) -> Result<Option<Self>, PythonError> {
+        let pid = maps.pid;
+        let memory = ProcessMemory::new(pid, ReadMethod::Auto);
+        let mut cache = ElfCache::for_symbol(TSTATE_SYMBOL);
+        let modules = loaded_modules(maps, &mut cache);
+        let mut found = None;
+        for module in &modules.loaded {
+            let name = module.path.rsplit('/').next().unwrap_or(&module.path);
+            if !module.is_main && !name.contains("python") {
+                continue;
+            }
+            let Some(file) = maps.files.iter().find(|f| f.path == module.path) else {
+                continue;
+            };
+            let Some(symbols) = dynamic_symbols(pid, file) else {
+                continue;
+            };
+            let [Some(runtime), version, code_type, eval] = symbols else {
+                continue;
+            };
+            let at = |s: (u64, u64)| module.bias.wrapping_add(s.0);
+            let (Some(version), Some(code_type)) = (version, code_type) else {
+                return Err(PythonError::Fake(format!(
+                    "{} defines _PyRuntime without Py_Version and PyCode_Type",
+                    module.path
+                )));
+            };
+            found = Some((
+                module.path.clone(),
+                Symbols {
+                    runtime: at(runtime),
+                    version: at(version),
+                    code_type: at(code_type),
+                    eval: eval.map(|e| (at(e), e.1)),
+                },
+            ));
+            break;
+        }
+        let Some((module, symbols)) = found else {
+            return Ok(None);
+        };
+        let hex = memory
+            .read_u64(symbols.version)
+            .map_err(|_| PythonError::Memory {
+                what: "Py_Version",
+                address: symbols.version,
+            })?;
+        let version = PythonVersion::from_hex(hex);
+        // PY_VERSION_HEX: major, minor, micro bytes, then the release level (0xA alpha,
+        // 0xB beta, 0xC candidate, 0xF final) and serial nibbles; nothing above.
+        let level = (hex >> 4) & 0xf;
+        if hex >> 32 != 0 || version.major != 3 || !matches!(level, 0xa..=0xc | 0xf) {
+            return Err(PythonError::Fake(format!(
+                "Py_Version in {module} reads {hex:#x}, no CPython version"
+            )));
+        }
+        if let Some(reason) = offsets::refusal(version) {
+            return Err(PythonError::Unsupported {
+                version,
+                reason: reason.to_owned(),
+            });
+        }
+        let offsets = if version.minor >= 13 {
+            let mut table = vec![0u8; offsets::DEBUG_OFFSETS_READ];
+            memory
+                .read_exact_at(symbols.runtime, &mut table)
+                .map_err(|_| PythonError::Memory {
+                    what: "_Py_DebugOffsets",
+                    address: symbols.runtime,
+                })?;
+            offsets::from_debug_offsets(&table, version).map_err(|e| PythonError::Fake(e.0))?
+        } else {
+            offsets::PY311
+        };
+        // 3.12 on: the thread-local current thread state, where a module exports it.
+        let tstate_tls = (version.minor >= 12)
+            .then(|| resolve(&modules.loaded, Libc::of_modules(&modules.loaded), &memory).ok())
+            .flatten();
+        let process = Self {
+            pid,
+            version,
+            offsets,
+            module,
+            runtime: symbols.runtime,
+            code_type: symbols.code_type,
+            eval: symbols
+                .eval
+                .filter(|&(_, size)| size > 0)
+                .map(|(start, size)| start..start.saturating_add(size)),
+            tstate_tls,
+            memory,
+            codes: CodeCache::default(),
+            threads: Default::default(),
+        };
+        // An interpreter has a main interpreter with a thread list: anything else is not
+        // one (or has not started, or has finished).
+        process.interpreter_head()?;
+        Ok(Some(process))
+    }
+
+    /// The process.
+    pub const fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The interpreter's version, as its own bytes say it.
+    pub const fn version(&self) -> PythonVersion {
+        self.version
+    }
+
+    /// The module that holds the interpreter (the executable, or `libpython3.X.so`).
+    pub fn module(&self) -> &str {
+        &self.module
+    }
+
+    /// The offsets the walk uses.
+    pub const fn offsets(&self) -> &Offsets {
+        &self.offsets
+    }
+
+    /// The address of `_PyRuntime`.
+    pub const fn runtime(&self) -> u64 {
+        self.runtime
+    }
+
+    /// The address of `PyCode_Type`.
+    pub const fn code_type(&self) -> u64 {
+        self.code_type
+    }
+
+    /// Where `_PyEval_EvalFrameDefault` is in the process: a native frame there runs
+    /// Python frames (`None` when the symbol has no size).
+    pub fn eval_range(&self) -> Option<Range<u64>> {
+        self.eval.clone()
+    }
+
+    /// The resolution of `_Py_tss_tstate`, when a module exports it (3.12 on).
+    pub const fn thread_state_tls(&self) -> Option<&Resolution> {
+        self.tstate_tls.as_ref()
+    }
+
+    /// The code-object cache (its size, for a summary).
+    pub const fn code_cache(&self) -> &CodeCache {
+        &self.codes
+    }
+
+    /// The names of `frame`: its code object's (from the cache, or read now and checked:
+    /// its type, and the stamp it had when sampled) and its line.
+    /// [`PythonError::Incomplete`] for a frame that had not started.
+    pub fn frame_info(&mut self, frame: &PythonFrame) -> Result<FrameInfo, PythonError> {
+        if frame.is_shim() {
+            return Err(PythonError::Incomplete);
+        }
+        let code = self.codes.get(
+            &self.memory,
+            &self.offsets,
+            self.code_type,
+            frame.code,
+            frame.stamp,
+        )?;
+        if !frame.is_generator() && frame.instruction < code.first_traceable {
+            return Err(PythonError::Incomplete);
+        }
+        let line = code.line(frame.instruction);
+        Ok(FrameInfo { code, line })
+    }
+}
+
+/// The `.dynsym` entries of [`SYMBOLS`] in `file` (value, size), read under the default
+/// budget; `None` when the file cannot be read.
+fn dynamic_symbols(pid: u32, file: &crate::maps::MappedFile) -> Option<[Option<(u64, u64)>; 4]> {
+    let opened = open_mapped(pid, file).ok()?;
+    let budgeted = BudgetedFile::new(opened.file, opened.size, FileBudget::default());
+    let elf = ElfFile64::<Endianness, _>::parse(budgeted.read()).ok()?;
+    let mut found = [None; 4];
+    for symbol in elf.dynamic_symbols() {
+        let Ok(name) = symbol.name() else { continue };
+        if let Some(at) = SYMBOLS.iter().position(|s| *s == name) {
+            if symbol.is_definition() {
+                found[at] = Some((symbol.address(), symbol.size()));
+            }
+        }
+    }
+    Some(found)
+}
