@@ -193,17 +193,13 @@ cargo clippy -p otel-ctx-reader -p otel-ctx --all-targets --features otel-ctx/eb
 RUSTDOCFLAGS="-D warnings" cargo doc -p otel-ctx-reader --features ebpf --no-deps -q
 cargo build -q -p otel-ctx-reader --features ebpf --examples
 cargo build -q -p otel-ctx-reader --features ebpf --target aarch64-unknown-linux-gnu
-<<<<<<< HEAD
-run_tests cargo test -p otel-ctx-reader --features ebpf --lib --test ebpf_matrix --test sampler
+run_tests cargo test -p otel-ctx-reader --features ebpf --lib --test ebpf_matrix --test sampler --test python_frames
 # With them: where profiles are written, the README's recipe, and the static binary of
 # scripts/build-static.sh (musl, with the eBPF sampler), built by that script (an
 # unoptimized release build: see the test).
 run_tests cargo test -p otel-ctx --features ebpf,demo --bin otel-ctx --test watch_ebpf --test profile_cli --test fleet_otlp \
+  --test python_profile --test python_hostile \
   --test symbols_cli --test perf_maps_cli --test profile_outputs --test readme_recipe --test static_binary
-=======
-run_tests cargo test -p otel-ctx-reader --features ebpf --lib --test ebpf_matrix
-run_tests cargo test -p otel-ctx --features ebpf,demo --bin otel-ctx --test watch_ebpf --test profile_cli --test fleet_otlp --test python_profile --test python_hostile
->>>>>>> python
 
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
 # Property tests under emulation: fewer cases (all 256 run natively above).
