@@ -45,8 +45,8 @@ const HISTORY: usize = 8;
 pub fn run(duration: Duration, ebpf: bool, profile: Option<&Path>) -> Result<(), Failure> {
     #[cfg(not(feature = "ebpf"))]
     if ebpf {
-        return Err(Failure::usage(
-            otel_ctx_reader::SamplerError::NoEbpf.to_string(),
+        return Err(super::sampler_failure(
+            otel_ctx_reader::SamplerError::NoEbpf,
         ));
     }
     catch_sigint().map_err(Failure::Unusable)?;

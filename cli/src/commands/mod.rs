@@ -83,11 +83,18 @@ impl From<ThreadError> for Failure {
     }
 }
 
+/// What a build without the eBPF sampler says when asked for it.
+pub const NO_EBPF: &str = "this otel-ctx was built without the eBPF sampler: install it with \
+    `cargo install --locked --path cli --features ebpf`";
+
 /// What the tool says of a sampler that cannot start or cannot follow a process: as
 /// for the reader's errors, a process that publishes nothing valid is a finding (1), one
 /// that cannot be read is not (2).
 pub fn sampler_failure(e: otel_ctx_reader::SamplerError) -> Failure {
     match e {
+        otel_ctx_reader::SamplerError::NoEbpf => {
+            Failure::usage(format!("{NO_EBPF}, or sample with ptrace"))
+        }
         otel_ctx_reader::SamplerError::Process(e) => e.into(),
         otel_ctx_reader::SamplerError::Thread(e) => e.into(),
         e => Failure::Unusable(e.to_string()),

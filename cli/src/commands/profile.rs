@@ -59,7 +59,7 @@ pub struct Request {
     pub output: Option<PathBuf>,
     /// The format of every file, when the output's name does not say it: pprof (the
     /// default), folded (the default on standard output) or svg.
-    #[arg(long, value_parser = parse_format)]
+    #[arg(long, value_parser = formats())]
     pub format: Option<Format>,
     /// Sample with ptrace (stopping each running thread) instead of eBPF.
     #[arg(long)]
@@ -234,11 +234,10 @@ fn run_fleet(request: &Request, filter: Filter) -> Result<(), Failure> {
     #[cfg(not(feature = "ebpf"))]
     {
         let _ = filter;
-        Err(Failure::usage(
-            "this otel-ctx was built without the eBPF sampler (feature `ebpf`), which \
-             profile --all, --otlp and --otlp-file need: cargo install --locked --path cli \
-             --features ebpf",
-        ))
+        Err(Failure::usage(format!(
+            "{}, which profile --all, --otlp and --otlp-file need",
+            super::NO_EBPF
+        )))
     }
 }
 
@@ -279,9 +278,12 @@ pub fn write(
     std::fs::write(path, buffer).map_err(cannot)
 }
 
-/// `--format`: a format by its name.
-fn parse_format(name: &str) -> Result<Format, String> {
-    name.parse()
+/// `--format`: a format by its name, the names listed for `--help` and completions.
+fn formats() -> impl clap::builder::TypedValueParser<Value = Format> {
+    use clap::builder::TypedValueParser as _;
+    let names =
+        Format::ALL.map(|f| clap::builder::PossibleValue::new(f.name()).help(f.description()));
+    clap::builder::PossibleValuesParser::new(names).try_map(|name| name.parse::<Format>())
 }
 
 /// The closing summary: samples, with and without a context, distinct stacks, unwinding

@@ -223,8 +223,8 @@ pub enum SamplerError {
     Ebpf(#[from] crate::ebpf::EbpfError),
     /// eBPF was asked for, and this reader was built without it.
     #[error(
-        "this reader was built without the eBPF sampler (feature `ebpf`): rebuild with it, \
-         or sample with ptrace"
+        "this reader was built without the eBPF sampler: rebuild with `--features ebpf`, or \
+         sample with ptrace"
     )]
     NoEbpf,
     /// The rate is 0 or above [`MAX_FREQUENCY_HZ`].
