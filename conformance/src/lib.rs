@@ -38,7 +38,8 @@ pub mod vectors;
 
 #[cfg(target_os = "linux")]
 pub use check::{
-    check, wait_for_context, CheckOptions, Document, Level, Report, RuleId, RuleResult, Status,
-    DEFAULT_THREAD_ROUNDS, MAX_WINDOW,
+    check, check_command, wait_for_context, CheckOptions, Document, Level, ProgramError, Report,
+    RuleId, RuleResult, Stage, Status, StopReason, Stopped, DEFAULT_THREAD_ROUNDS, MAX_WINDOW,
+    STDIN_GRACE, TERM_GRACE,
 };
 pub use vectors::{spec_vectors_dir, Inputs, LoadError, Outcome, Vector};

@@ -110,7 +110,8 @@ pub use sample::{
     DEFAULT_PERIOD_NS,
 };
 pub use session::{
-    FleetCounts, FleetOptions, FleetProfiler, Member, ProcessProfiler, SessionOptions,
+    FleetCounts, FleetOptions, FleetProfiler, FleetSummary, Member, ProcessProfiler,
+    ProcessSummary, SessionOptions,
 };
 #[cfg(feature = "debuginfod")]
 pub use source::debuginfod::{Debuginfod, DebuginfodFetch, DebuginfodOptions, Fetched};

@@ -5,20 +5,17 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use otel_ctx_conformance::{check, wait_for_context, CheckOptions, Document, Report, Status};
-use otel_ctx_reader::Error;
+use otel_ctx_conformance::{
+    check, check_command, CheckOptions, Document, ProgramError, Report, Stage, Status, Stopped,
+    STDIN_GRACE, TERM_GRACE,
+};
 
 use serde::Serialize;
 
 use super::{json, out, Failure};
-
-/// How long a started program has to exit once its stdin is closed.
-const STDIN_GRACE: Duration = Duration::from_secs(1);
-/// How long it has to exit after SIGTERM, before SIGKILL.
-const TERM_GRACE: Duration = Duration::from_secs(2);
 
 /// What the check is doing, on one line of a terminal's stderr (rewritten in place and
 /// cleared at the end): a program that never publishes would otherwise leave the screen
@@ -56,113 +53,28 @@ fn seconds(d: Duration) -> String {
     }
 }
 
-/// How a started program ended.
-struct Stopped {
-    /// `stdin_closed`, `sigterm` or `sigkill`: what made it exit.
-    how: &'static str,
-    status: Option<ExitStatus>,
-}
-
-/// A program started for a check; stopped on drop if [`Program::stop`] was not called.
-struct Program {
-    child: Child,
-    argv: Vec<String>,
-    stopped: bool,
-}
-
-impl Program {
-    fn start(argv: &[String]) -> Result<Self, String> {
-        let (program, args) = argv
-            .split_first()
-            .ok_or("give a process id, or a command after --")?;
-        // The program's stdout goes to this tool's stderr, so that `--json` output stays
-        // one document.
-        let stdout = std::io::stderr()
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| format!("cannot duplicate stderr: {e}"))?;
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::from(stdout));
-        // SAFETY: the closure runs in the child between fork and exec, where only
-        // async-signal-safe calls are allowed; it makes one prctl system call and
-        // allocates nothing. It ends the program if this tool dies before stopping it.
-        unsafe {
-            command.pre_exec(|| {
-                rustix::process::set_parent_process_death_signal(Some(
-                    rustix::process::Signal::KILL,
-                ))
+/// The command `argv` names, its stdout on this tool's stderr (so that `--json` output
+/// stays one document), ended if this tool dies before stopping it.
+fn command(argv: &[String]) -> Result<Command, String> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or("give a process id, or a command after --")?;
+    let stdout = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| format!("cannot duplicate stderr: {e}"))?;
+    let mut command = Command::new(program);
+    command.args(args).stdout(Stdio::from(stdout));
+    // SAFETY: the closure runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed; it makes one prctl system call and allocates
+    // nothing. It ends the program if this tool dies before stopping it.
+    unsafe {
+        command.pre_exec(|| {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
                 .map_err(std::io::Error::from)
-            });
-        }
-        let child = command
-            .spawn()
-            .map_err(|e| format!("cannot start {program}: {e}"))?;
-        Ok(Self {
-            child,
-            argv: argv.to_vec(),
-            stopped: false,
-        })
+        });
     }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn exited(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-
-    fn wait_for(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.exited() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Closes the program's stdin, then sends SIGTERM, then SIGKILL, each after a grace
-    /// period, and reaps it.
-    fn stop(&mut self) -> Stopped {
-        self.stopped = true;
-        drop(self.child.stdin.take());
-        if let Some(status) = self.wait_for(STDIN_GRACE) {
-            return Stopped {
-                how: "stdin_closed",
-                status: Some(status),
-            };
-        }
-        if let Some(pid) = rustix::process::Pid::from_raw(self.pid() as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        }
-        if let Some(status) = self.wait_for(TERM_GRACE) {
-            return Stopped {
-                how: "sigterm",
-                status: Some(status),
-            };
-        }
-        let _ = self.child.kill();
-        Stopped {
-            how: "sigkill",
-            status: self.child.wait().ok(),
-        }
-    }
-}
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        if !self.stopped {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+    Ok(command)
 }
 
 /// Runs `check`: on `pid`, or on `command` started here and stopped afterwards. A rule
@@ -198,10 +110,10 @@ pub fn run(
 /// The report of a check, and the program it started, if any.
 type Made = (Report, Option<(Vec<String>, Stopped)>);
 
-/// Makes the check: of `pid`, or of `command` started for it.
+/// Makes the check: of `pid`, or of `argv` started for it.
 fn make(
     pid: Option<u32>,
-    command: &[String],
+    argv: &[String],
     wait: Duration,
     observe: Duration,
 ) -> Result<Made, String> {
@@ -210,96 +122,53 @@ fn make(
         ..CheckOptions::default()
     };
     let progress = Progress::new();
-    let (report, program) = match pid {
-        Some(pid) => {
-            progress.say(&format!(
-                "otel-ctx check: watching process {pid} for {} (--observe)",
-                seconds(observe)
-            ));
-            let report = check(pid, &options);
-            progress.clear();
-            (report.map_err(|e| e.to_string())?, None)
-        }
-        None => {
-            let mut program = Program::start(command)?;
-            let report = check_program(&mut program, wait, &options, &progress);
-            progress.say(&format!(
-                "otel-ctx check: stopping {} (its stdin closed, then SIGTERM after {}, \
-                 SIGKILL {} later)",
-                program.argv[0],
-                seconds(STDIN_GRACE),
-                seconds(TERM_GRACE)
-            ));
-            let stopped = program.stop();
-            progress.clear();
-            let report = report.map_err(|e| match stopped.status {
-                Some(status) => format!("{e} ({status})"),
-                None => e,
-            })?;
-            (report, Some((program.argv.clone(), stopped)))
-        }
+    let Some(pid) = pid else {
+        let mut command = command(argv)?;
+        let name = &argv[0];
+        let made = check_command(&mut command, wait, &options, &mut |stage| {
+            progress.say(&match stage {
+                Stage::Waiting { pid, waited } => format!(
+                    "otel-ctx check: waiting for {name} (pid {pid}) to publish a process \
+                     context: {}s of at most {} (--wait)",
+                    waited.as_secs(),
+                    seconds(wait)
+                ),
+                Stage::Watching { pid } => format!(
+                    "otel-ctx check: watching {name} (pid {pid}) for {} (--observe)",
+                    seconds(observe)
+                ),
+                _ => format!(
+                    "otel-ctx check: stopping {name} (its stdin closed, then SIGTERM after \
+                     {}, SIGKILL {} later)",
+                    seconds(STDIN_GRACE),
+                    seconds(TERM_GRACE)
+                ),
+            });
+        });
+        progress.clear();
+        return match made {
+            Ok((report, stopped)) => Ok((report, Some((argv.to_vec(), stopped)))),
+            Err(ProgramError::Check { stopped, source }) => Err(match stopped.status {
+                Some(status) => format!("{source} ({status})"),
+                None => source.to_string(),
+            }),
+            Err(e) => Err(e.to_string()),
+        };
     };
-    Ok((report, program))
-}
-
-/// Waits for the program's process context, then checks it.
-fn check_program(
-    program: &mut Program,
-    wait: Duration,
-    options: &CheckOptions,
-    progress: &Progress,
-) -> Result<Report, String> {
-    let pid = program.pid();
-    let name = program.argv[0].clone();
-    let started = Instant::now();
-    let mut shown = None;
-    let appeared = wait_for_context(pid, wait, &mut || {
-        // Once a second: how long it has waited, of how long it will.
-        let waited = started.elapsed().as_secs();
-        if shown != Some(waited) {
-            shown = Some(waited);
-            progress.say(&format!(
-                "otel-ctx check: waiting for {name} (pid {pid}) to publish a process \
-                 context: {waited}s of at most {} (--wait)",
-                seconds(wait)
-            ));
-        }
-        program.exited().is_none()
-    });
     progress.say(&format!(
-        "otel-ctx check: watching {name} (pid {pid}) for {} (--observe)",
-        seconds(options.observe)
+        "otel-ctx check: watching process {pid} for {} (--observe)",
+        seconds(observe)
     ));
-    if program.exited().is_some() {
-        return Err(format!(
-            "{name} ended before its process context could be checked"
-        ));
-    }
-    match appeared {
-        // Not appearing in time is a finding of the check (pc.found), not an error.
-        Ok(_) => {}
-        Err(Error::ProcessGone { .. }) => {
-            return Err(format!(
-                "{name} ended before its process context could be checked"
-            ))
-        }
-        Err(e) => return Err(e.to_string()),
-    }
-    check(pid, options).map_err(|e| match e {
-        Error::ProcessGone { .. } => format!("{name} (process {pid}) ended during the check"),
-        e => e.to_string(),
-    })
+    let report = check(pid, &options);
+    progress.clear();
+    Ok((report.map_err(|e| e.to_string())?, None))
 }
 
 /// The text report, and how the program it started ended.
 fn text(report: &Report, program: Option<&(Vec<String>, Stopped)>) -> String {
     let mut out = report.text();
     if let Some((argv, stopped)) = program {
-        let how = match stopped.how {
-            "stdin_closed" => "exited when its stdin was closed",
-            "sigterm" => "exited on SIGTERM",
-            _ => "was killed (SIGKILL)",
-        };
+        let how = stopped.how.description();
         let status = stopped
             .status
             .map_or_else(|| "status unknown".to_owned(), |s| s.to_string());
@@ -324,7 +193,7 @@ fn document<'a>(
 ) -> Document<'a, CommandJson<'a>> {
     report.document(program.map(|(argv, stopped)| CommandJson {
         argv,
-        stopped: stopped.how,
+        stopped: stopped.how.name(),
         exit_code: stopped.status.and_then(|s| s.code()),
         signal: stopped.status.and_then(|s| s.signal()),
     }))
@@ -333,7 +202,8 @@ fn document<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use otel_ctx_conformance::{RuleId, RuleResult};
+    use otel_ctx_conformance::{RuleId, RuleResult, StopReason};
+    use std::process::ExitStatus;
 
     fn report() -> Report {
         Report {
@@ -385,7 +255,7 @@ mod tests {
     #[test]
     fn json_document() {
         let stopped = Stopped {
-            how: "sigterm",
+            how: StopReason::Sigterm,
             status: None,
         };
         let program = (vec!["./app".into()], stopped);
@@ -422,7 +292,7 @@ mod tests {
         let program = (
             vec!["./app".into(), "--port".into()],
             Stopped {
-                how: "stdin_closed",
+                how: StopReason::StdinClosed,
                 status: Some(ExitStatus::from_raw(3 << 8)),
             },
         );

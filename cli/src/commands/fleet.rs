@@ -191,84 +191,10 @@ fn summary(
     export: Option<(String, export::Stats)>,
     started: Instant,
 ) -> String {
-    let c = fleet.counts();
-    let sampled = fleet.sampler().stats();
-    let members = fleet.members();
-    let stacks_only = members.iter().filter(|m| m.stacks_only).count();
-    let mut out = format!(
-        "otel-ctx profile: {}; {} followed ({} now, {} of them without thread contexts; {} \
-         exited, {} stopped publishing); {} samples, {} with a thread context, {} \
-         unreadable, {} lost\n",
-        text::duration(started.elapsed().as_nanos() as u64),
-        processes(c.followed),
-        members.len(),
-        stacks_only,
-        c.exited,
-        c.unpublished,
-        sampled.samples,
-        sampled.with_context,
-        sampled.unreadable_samples(),
-        sampled.lost,
-    );
-    let hook = fleet.hook_refusal().is_none();
-    if c.scans > 0 {
-        out.push_str(&format!(
-            "discovery: {} {} of /proc, {} publication {}{}\n",
-            c.scans,
-            text::plural(c.scans, "scan", "scans"),
-            c.events,
-            text::plural(c.events, "event", "events"),
-            if hook { "" } else { " (no hook)" }
-        ));
-    }
-    if c.refused > 0 {
-        out.push_str(&format!(
-            "{} publishers could not be followed; the last: {}\n",
-            c.refused,
-            c.last_refusal.as_deref().unwrap_or("")
-        ));
-    }
-    for m in members.iter().take(20) {
-        out.push_str(&format!(
-            "  {} {} {}{}\n",
-            m.pid,
-            m.comm,
-            m.service.as_deref().unwrap_or("(no service.name)"),
-            if m.stacks_only {
-                " (stacks only: no thread contexts)"
-            } else {
-                ""
-            }
-        ));
-    }
-    if members.len() > 20 {
-        out.push_str(&format!("  ... and {} more\n", members.len() - 20));
-    }
-    if let Some((to, s)) = export {
-        let per_sample = match s.sent_samples {
-            0 => String::new(),
-            n => format!(", {:.1} bytes a sample", s.sent_bytes as f64 / n as f64),
-        };
-        out.push_str(&format!(
-            "otlp to {to}: {} requests built, {} sent ({}, {} samples{per_sample}), {} retries, {} \
-             dropped ({} samples; {} batches before encoding), {} rejected, {} profiles \
-             rejected by the collector; queue {} now, peak {}\n",
-            s.requests,
-            s.sent,
-            otlp::size(s.sent_bytes),
-            s.sent_samples,
-            s.retries,
-            s.dropped,
-            s.dropped_samples,
-            s.dropped_batches,
-            s.rejected,
-            s.rejected_profiles,
-            otlp::size(s.queued_bytes as u64),
-            otlp::size(s.queue_peak as u64),
-        ));
-        if let Some(error) = &s.last_error {
-            out.push_str(&format!("otlp: last error: {error}\n"));
-        }
+    let elapsed = text::duration(started.elapsed().as_nanos() as u64);
+    let mut out = format!("otel-ctx profile: {elapsed}; {}", fleet.summary());
+    if let Some((to, stats)) = export {
+        out.push_str(&format!("otlp to {to}: {stats}\n"));
     }
     out
 }

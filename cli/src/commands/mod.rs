@@ -17,7 +17,6 @@ pub mod fleet;
 pub mod json;
 pub mod otlp;
 pub mod profile;
-pub mod profile_python;
 pub mod ps;
 pub mod show;
 pub mod tally;

@@ -64,12 +64,6 @@ pub fn parse_size(arg: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{arg:?}: use a size from 1 byte to the memory there is"))
 }
 
-/// A size for people: `812 B`, `12.4 KiB`, `64.0 MiB` (the summary of `profile --all`).
-#[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
-pub fn size(bytes: u64) -> String {
-    ByteSize(bytes).display().iec().to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,9 +81,6 @@ mod tests {
         let unit = parse_size("5 parsecs").unwrap_err();
         assert!(unit.contains("not a size such as 64MiB"), "{unit}");
         assert!(parse_size(&format!("{}GiB", u64::MAX)).is_err());
-        assert_eq!(size(812), "812 B");
-        assert_eq!(size(12_700), "12.4 KiB");
-        assert_eq!(size(64 << 20), "64.0 MiB");
     }
 
     #[cfg(feature = "ebpf")]

@@ -20,7 +20,7 @@ use otel_ctx_profile::{
     ProfileOptions, SessionOptions,
 };
 use otel_ctx_reader::thread::DEFAULT_STACK_SIZE;
-use otel_ctx_reader::{Following, Method, SamplerOptions};
+use otel_ctx_reader::{Method, SamplerOptions};
 
 use super::{catch_sigint, text, Failure, INTERRUPTED};
 use crate::output::Outputs;
@@ -286,8 +286,8 @@ fn formats() -> impl clap::builder::TypedValueParser<Value = Format> {
     clap::builder::PossibleValuesParser::new(names).try_map(|name| name.parse::<Format>())
 }
 
-/// The closing summary: samples, with and without a context, distinct stacks, unwinding
-/// failures, the output.
+/// The closing summary: the session's (samples, frames, Python), then the debug files
+/// fetched and where the profile went.
 fn summary(
     session: &ProcessProfiler,
     profile: &Profile,
@@ -295,151 +295,16 @@ fn summary(
     path: &Path,
     format: Format,
 ) -> String {
-    let stats = &profile.stats;
-    let sampled = session.sampler().stats();
-    let mut out = String::new();
-    if let Following::StacksOnly(why) = session.following() {
-        out.push_str(&format!(
-            "process {} publishes no thread contexts ({why}): samples are labeled by thread \
-             alone\n",
-            session.pid()
-        ));
-    }
-    out.push_str(&format!(
-        "{} samples in {} ({}): {} with a thread context, {} without, {} filtered out, {} \
-         unreadable, {} lost; {} distinct stacks; {} walks stopped short",
-        stats.samples,
-        text::duration(session.elapsed().as_nanos() as u64),
-        session.sampler().method().name(),
-        stats.with_context,
-        stats.without_context,
-        stats.filtered,
-        sampled.unreadable_samples(),
-        sampled.lost,
-        stats.distinct_stacks,
-        stats.unwind_failures(),
-    ));
-    let failures: Vec<String> = stats
-        .unwind_ends
-        .iter()
-        .filter(|(end, _)| end.is_failure())
-        .map(|(end, n)| format!("{n} {}", end.name()))
-        .collect();
-    if !failures.is_empty() {
-        out.push_str(&format!(" ({})", failures.join(", ")));
-    }
-    out.push('\n');
-    out.push_str(&symbols_lines(profile));
-    out.push_str(&super::profile_python::summary(
-        session.sampler(),
-        session.pid(),
-        stats,
-    ));
+    let mut out = session.summary(profile).to_string();
     if !fetches.is_empty() {
         let fetched = fetches.iter().filter(|f| f.outcome.is_ok()).count();
         let n = fetches.len() as u64;
         let what = text::plural(n, "debug file fetched", "debug files fetched");
         out.push_str(&format!("debuginfod: {fetched} of {n} {what}\n"));
     }
-    for skipped in &stats.skipped_modules {
-        out.push_str(&format!("skipped {}: {}\n", skipped.path, skipped.reason));
-    }
     if path.as_os_str() != "-" {
         let what = format.description();
         out.push_str(&format!("{what} written to {}\n", path.display()));
     }
     out
-}
-
-/// The profile's symbols in a few lines: distinct frames, those left `[unknown]` by
-/// cause, the perf map read, and each symbol source that failed.
-fn symbols_lines(profile: &Profile) -> String {
-    let stats = &profile.stats;
-    let mut out = format!(
-        "{} distinct frames, {} left [unknown]",
-        profile.locations.len(),
-        stats.unknown_frame_count()
-    );
-    let causes: Vec<String> = stats
-        .unknown_frames
-        .iter()
-        .map(|(cause, n)| format!("{n} {cause}"))
-        .collect();
-    if !causes.is_empty() {
-        out.push_str(&format!(" ({})", causes.join(", ")));
-    }
-    out.push('\n');
-    if let Some(map) = &stats.perf_map {
-        let (n, bad) = (map.symbols as u64, map.bad_lines);
-        out.push_str(&format!(
-            "perf map {}: {n} {}, {bad} bad {} skipped\n",
-            map.path,
-            text::plural(n, "function", "functions"),
-            text::plural(bad, "line", "lines"),
-        ));
-    }
-    for problem in &stats.symbol_problems {
-        out.push_str(&format!(
-            "symbols of {} ({}): {}\n",
-            problem.subject, problem.cause, problem.problem
-        ));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The request with the defaults of the command line.
-    fn request(pid: u32) -> Request {
-        Request {
-            pid: Some(pid),
-            all: false,
-            otlp: None,
-            otlp_header: Vec::new(),
-            otlp_file: None,
-            otlp_queue: 64 << 20,
-            otlp_timeout: None,
-            export_interval: Duration::from_secs(10),
-            rescan: Duration::from_secs(10),
-            max_processes: 1024,
-            duration: Duration::from_secs(10),
-            hz: 99,
-            by: "http.route".to_owned(),
-            trace: None,
-            output: None,
-            format: None,
-            ptrace: false,
-            lines: false,
-            native: true,
-            stack_size: DEFAULT_STACK_SIZE,
-            quiet: false,
-        }
-    }
-
-    #[test]
-    fn outputs_and_formats() {
-        let mut r = request(42);
-        let outputs = r.outputs().unwrap();
-        assert_eq!(outputs.path(42), PathBuf::from("profile.42.pb.gz"));
-        assert_eq!(outputs.format(), Format::Pprof);
-        r.output = Some(PathBuf::from("cpu.data"));
-        assert!(r.outputs().unwrap_err().to_string().contains("--format"));
-        r.all = true;
-        r.output = Some(PathBuf::from("flame.svg"));
-        let outputs = r.outputs().unwrap();
-        assert_eq!(outputs.path(7), PathBuf::from("flame.7.svg"));
-        assert_eq!(outputs.format(), Format::Svg);
-    }
-
-    #[test]
-    fn trace_ids() {
-        assert_eq!(trace_id(&"ab".repeat(16)).unwrap(), [0xab; 16]);
-        assert!(trace_id("abc").is_err());
-        assert!(trace_id(&"ab".repeat(8))
-            .unwrap_err()
-            .to_string()
-            .contains("32 hex"));
-    }
 }

@@ -2,48 +2,21 @@
 //! counted per value of one thread-context attribute, and the table and lines that show
 //! the counts.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use otel_ctx_codec::attrs::{ResolvedAttrs, MAX_KEYS};
-use otel_ctx_reader::sampler::{SamplerStats, Threads};
+use otel_ctx_reader::sampler::{AttributeTally, SamplerStats, Threads, UNREADABLE};
 use otel_ctx_reader::thread::ThreadReaderOptions;
-use otel_ctx_reader::{Following, Method, Sample, Sampler, SamplerOptions};
+use otel_ctx_reader::{Following, Method, Sampler, SamplerOptions};
 use serde::Serialize;
 
 use super::{sampler_failure, text, Failure};
-
-/// Bucket of a thread with no context attached.
-pub const NO_CONTEXT: &str = "(no context)";
-/// Bucket of a thread whose context could not be read.
-pub const UNREADABLE: &str = "(unreadable)";
-
-/// The bucket of a sample whose context has `value` for the grouping attribute `by`.
-fn value_bucket(by: &str, value: Option<&[u8]>) -> String {
-    value.map_or_else(
-        || format!("(no {by})"),
-        |v| String::from_utf8_lossy(v).into_owned(),
-    )
-}
-
-/// With `--raw-keys`: the value of the entry whose key index `#N` is `by`, the last
-/// occurrence winning, as `show --raw-keys` names them.
-fn raw_value<'a>(attrs_data: &'a [u8], by: &str) -> Option<&'a [u8]> {
-    let index: u8 = by.strip_prefix('#')?.parse().ok()?;
-    ResolvedAttrs::resolve(attrs_data, MAX_KEYS)
-        .iter()
-        .find(|(key, _)| *key == index)
-        .map(|(_, value)| value)
-}
 
 /// Samples of one process counted per attribute value.
 pub struct Tally {
     sampler: Sampler,
     pid: u32,
     hz: u32,
-    by: String,
-    raw_keys: bool,
-    counts: HashMap<String, u64>,
+    tally: AttributeTally,
 }
 
 impl Tally {
@@ -68,30 +41,22 @@ impl Tally {
             sampler,
             pid,
             hz,
-            by: by.to_owned(),
-            raw_keys,
-            counts: HashMap::new(),
+            tally: AttributeTally::new(by, raw_keys),
         })
     }
 
     /// Samples for up to `wait` (one ptrace round, or the eBPF samples ready); whether
     /// the process still runs.
     pub fn step(&mut self, wait: Duration) -> Result<bool, Failure> {
-        let Self {
-            sampler,
-            counts,
-            by,
-            raw_keys,
-            pid,
-            ..
-        } = self;
-        let step = sampler
+        let tally = &mut self.tally;
+        let step = self
+            .sampler
             .step(wait, |sample| {
-                *counts.entry(bucket(sample, by, *raw_keys)).or_default() += 1;
+                tally.add(sample);
                 false
             })
             .map_err(sampler_failure)?;
-        Ok(!step.exited.contains(pid))
+        Ok(!step.exited.contains(&self.pid))
     }
 
     /// The executable mappings the thread reader left out, one line each.
@@ -108,33 +73,11 @@ impl Tally {
             .map_or(&[], |r| r.skipped_modules())
     }
 
-    /// When `by` names no key of the key map: a note that says so and lists the keys
-    /// that are (samples then all count as `(no <by>)`, until a key of that name is
-    /// registered).
+    /// When `by` names no key of the key map: a note that says so and lists the keys.
     pub fn key_note(&self) -> Option<String> {
-        if self.raw_keys {
-            return None;
-        }
-        let keys = self
-            .sampler
-            .reader(self.pid)
-            .and_then(|r| r.key_map())
-            .unwrap_or(&[]);
-        if keys.contains(&self.by) {
-            return None;
-        }
-        Some(if keys.is_empty() {
-            format!(
-                "{} is not in the key map: the process announces no keys (yet)",
-                self.by
-            )
-        } else {
-            format!(
-                "{} is not in the key map; its keys are: {}",
-                self.by,
-                keys.join(", ")
-            )
-        })
+        let reader = self.sampler.reader(self.pid);
+        self.tally
+            .key_note(reader.and_then(|r| r.key_map()).unwrap_or(&[]))
     }
 
     /// Whether the samples come from the eBPF sampler.
@@ -188,29 +131,21 @@ impl Tally {
             .collect()
     }
 
-    /// `(value, samples)`, most samples first.
-    pub fn rows(&self) -> Vec<(&str, u64)> {
-        let mut rows: Vec<(&str, u64)> =
-            self.counts.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        rows
-    }
-
     /// Thread samples taken.
     pub fn samples(&self) -> u64 {
-        self.counts.values().sum()
+        self.tally.samples()
     }
 
     /// The aligned table: value, samples, share, bar.
     pub fn table(&self) -> String {
         let samples = self.samples();
         let mut rows = vec![vec![
-            format!("  {}", self.by.to_uppercase()),
+            format!("  {}", self.tally.by().to_uppercase()),
             "SAMPLES".to_owned(),
             "SHARE".to_owned(),
             String::new(),
         ]];
-        for (value, n) in self.rows() {
+        for (value, n) in self.tally.rows() {
             let share = if samples == 0 {
                 0.0
             } else {
@@ -247,7 +182,7 @@ impl Tally {
         let stats = self.stats();
         Summary {
             pid: self.pid,
-            by: &self.by,
+            by: self.tally.by(),
             hz: self.hz,
             duration_s: seconds(elapsed),
             rounds: stats.rounds,
@@ -267,21 +202,12 @@ impl Tally {
                 .collect(),
             key_note: self.key_note(),
             counts: self
+                .tally
                 .rows()
                 .into_iter()
                 .map(|(value, samples)| Count { value, samples })
                 .collect(),
         }
-    }
-}
-
-/// The bucket of one sample.
-fn bucket(sample: &Sample<'_>, by: &str, raw_keys: bool) -> String {
-    match &sample.context {
-        Ok(None) => NO_CONTEXT.to_owned(),
-        Ok(Some(c)) if raw_keys => value_bucket(by, raw_value(c.attrs_data, by)),
-        Ok(Some(c)) => value_bucket(by, c.attribute(by)),
-        Err(_) => UNREADABLE.to_owned(),
     }
 }
 
@@ -340,7 +266,7 @@ pub struct EbpfSummary {
 /// One bucket of [`Summary::counts`].
 #[derive(Serialize)]
 pub struct Count<'a> {
-    /// The attribute value, or a bucket such as [`NO_CONTEXT`].
+    /// The attribute value, or a bucket such as `(no context)`.
     pub value: &'a str,
     /// Thread samples in this bucket.
     pub samples: u64,
@@ -368,7 +294,7 @@ mod tests {
             key_note: None,
             counts: vec![
                 Count {
-                    value: NO_CONTEXT,
+                    value: otel_ctx_reader::sampler::NO_CONTEXT,
                     samples: 3100,
                 },
                 Count {
@@ -384,16 +310,5 @@ mod tests {
         );
         let back: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert!(back["duration_s"].is_f64(), "{out}");
-    }
-
-    #[test]
-    fn raw_keys_name_entries_by_index() {
-        // Entry 0: key 0, "ab"; entry 1: key 2, "c"; entry 2: key 0 again, "z".
-        let attrs = [0, 2, b'a', b'b', 2, 1, b'c', 0, 1, b'z'];
-        assert_eq!(raw_value(&attrs, "#0"), Some(&b"z"[..]));
-        assert_eq!(raw_value(&attrs, "#2"), Some(&b"c"[..]));
-        assert_eq!(raw_value(&attrs, "#1"), None);
-        assert_eq!(raw_value(&attrs, "route"), None);
-        assert_eq!(value_bucket("http.route", None), "(no http.route)");
     }
 }

@@ -10,6 +10,7 @@
 //! copies of one sample.
 
 mod process;
+mod program;
 mod report;
 mod rules;
 mod smaps;
@@ -21,6 +22,9 @@ use std::time::{Duration, Instant};
 use otel_ctx_reader::procfs::comm;
 use otel_ctx_reader::Error;
 
+pub use program::{
+    check_command, ProgramError, Stage, StopReason, Stopped, STDIN_GRACE, TERM_GRACE,
+};
 pub use report::Document;
 pub use rules::{Level, RuleId};
 

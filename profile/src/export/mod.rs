@@ -179,6 +179,41 @@ pub struct Stats {
     pub last_error: Option<String>,
 }
 
+impl std::fmt::Display for Stats {
+    /// The counts as text: requests built, sent (bytes, samples, bytes a sample), retried,
+    /// dropped, rejected; the queue now and at its peak; the last error on a line of its
+    /// own.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let size = |bytes: u64| bytesize::ByteSize(bytes).display().iec().to_string();
+        let per_sample = match self.sent_samples {
+            0 => String::new(),
+            n => format!(", {:.1} bytes a sample", self.sent_bytes as f64 / n as f64),
+        };
+        write!(
+            f,
+            "{} requests built, {} sent ({}, {} samples{per_sample}), {} retries, {} dropped \
+             ({} samples; {} batches before encoding), {} rejected, {} profiles rejected by \
+             the collector; queue {} now, peak {}",
+            self.requests,
+            self.sent,
+            size(self.sent_bytes),
+            self.sent_samples,
+            self.retries,
+            self.dropped,
+            self.dropped_samples,
+            self.dropped_batches,
+            self.rejected,
+            self.rejected_profiles,
+            size(self.queued_bytes as u64),
+            size(self.queue_peak as u64),
+        )?;
+        match &self.last_error {
+            Some(error) => write!(f, "\nlast error: {error}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Why the exporter could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

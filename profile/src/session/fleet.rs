@@ -121,7 +121,9 @@ struct Followed {
     published_at: u64,
 }
 
-/// Profiles of many processes from one sampler: see the [module](self).
+/// The profiles of many processes from one sampler: each process publishing a context
+/// (found by scans of `/proc` and, with eBPF, as it publishes), or those it is told to
+/// follow, with its own resource, key map, modules and aggregate.
 pub struct FleetProfiler {
     sampler: Sampler,
     #[cfg(feature = "ebpf")]

@@ -6,9 +6,11 @@
 mod fleet;
 mod process;
 mod scout;
+mod summary;
 
 pub use fleet::{FleetCounts, FleetOptions, FleetProfiler, Member};
 pub use process::{ProcessProfiler, SessionOptions};
+pub use summary::{FleetSummary, ProcessSummary};
 
 use crate::{Profiler, Sample};
 

@@ -36,6 +36,7 @@
 
 mod process;
 mod ptrace;
+mod tally;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -50,6 +51,7 @@ use crate::thread::stack::{UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
 use crate::thread::tls::SampleError;
 
 pub use process::{Following, PreparedProcess};
+pub use tally::{AttributeTally, NO_CONTEXT, UNREADABLE};
 
 use process::Process;
 

@@ -1,0 +1,246 @@
+//! What a session did, in a few lines of text for a log or a terminal: the samples taken
+//! and how, what could not be unwound or named and why, the Python frames, the processes
+//! a fleet followed. Each is a [`Display`](fmt::Display) over the session's counts, so
+//! that a tool and an embedder say the same thing.
+
+use std::fmt::{self, Display, Formatter};
+use std::time::Duration;
+
+use otel_ctx_reader::Following;
+
+use super::{FleetProfiler, ProcessProfiler};
+use crate::{Profile, Stats};
+
+/// How many followed processes [`FleetSummary`] lists, one line each.
+const LISTED_MEMBERS: usize = 20;
+
+/// `n` and the noun that goes with it: `1 process`, `2 processes`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A duration in seconds with one decimal, as the summaries give it.
+fn seconds(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// [`ProcessProfiler::summary`]: one process's session and the profile made of it.
+#[derive(Debug)]
+pub struct ProcessSummary<'a> {
+    session: &'a ProcessProfiler,
+    profile: &'a Profile,
+}
+
+impl ProcessProfiler {
+    /// What this session did and what `profile` (made of it) holds, as text: a line of
+    /// samples (with and without a context, filtered, unreadable, lost; distinct stacks;
+    /// walks stopped short, by cause), a line of frames (those left `[unknown]`, by
+    /// cause), the perf map read, each symbol source that failed, the Python frames
+    /// (the interpreter, the samples with Python frames, the failures by reason), and
+    /// the modules left out. Each line ends with a newline.
+    pub const fn summary<'a>(&'a self, profile: &'a Profile) -> ProcessSummary<'a> {
+        ProcessSummary {
+            session: self,
+            profile,
+        }
+    }
+}
+
+impl Display for ProcessSummary<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let (session, stats) = (self.session, &self.profile.stats);
+        let sampled = session.sampler().stats();
+        if let Following::StacksOnly(why) = session.following() {
+            writeln!(
+                f,
+                "process {} publishes no thread contexts ({why}): samples are labeled by \
+                 thread alone",
+                session.pid()
+            )?;
+        }
+        write!(
+            f,
+            "{} samples in {} ({}): {} with a thread context, {} without, {} filtered out, \
+             {} unreadable, {} lost; {} distinct stacks; {} walks stopped short",
+            stats.samples,
+            seconds(session.elapsed()),
+            session.sampler().method().name(),
+            stats.with_context,
+            stats.without_context,
+            stats.filtered,
+            sampled.unreadable_samples(),
+            sampled.lost,
+            stats.distinct_stacks,
+            stats.unwind_failures(),
+        )?;
+        let failures: Vec<String> = stats
+            .unwind_ends
+            .iter()
+            .filter(|(end, _)| end.is_failure())
+            .map(|(end, n)| format!("{n} {}", end.name()))
+            .collect();
+        if !failures.is_empty() {
+            write!(f, " ({})", failures.join(", "))?;
+        }
+        writeln!(f)?;
+        symbols(f, self.profile)?;
+        python(f, self.session, stats)?;
+        for skipped in &stats.skipped_modules {
+            writeln!(f, "skipped {}: {}", skipped.path, skipped.reason)?;
+        }
+        Ok(())
+    }
+}
+
+/// The profile's frames: distinct ones, those left `[unknown]` by cause, the perf map
+/// read, and each symbol source that failed.
+fn symbols(f: &mut Formatter<'_>, profile: &Profile) -> fmt::Result {
+    let stats = &profile.stats;
+    write!(
+        f,
+        "{} distinct frames, {} left [unknown]",
+        profile.locations.len(),
+        stats.unknown_frame_count()
+    )?;
+    let causes: Vec<String> = stats
+        .unknown_frames
+        .iter()
+        .map(|(cause, n)| format!("{n} {cause}"))
+        .collect();
+    if !causes.is_empty() {
+        write!(f, " ({})", causes.join(", "))?;
+    }
+    writeln!(f)?;
+    if let Some(map) = &stats.perf_map {
+        writeln!(
+            f,
+            "perf map {}: {}, {} skipped",
+            map.path,
+            count(map.symbols as u64, "function", "functions"),
+            count(map.bad_lines, "bad line", "bad lines"),
+        )?;
+    }
+    for problem in &stats.symbol_problems {
+        writeln!(
+            f,
+            "symbols of {} ({}): {}",
+            problem.subject, problem.cause, problem.problem
+        )?;
+    }
+    Ok(())
+}
+
+/// The process's Python frames: its interpreter, the samples with Python frames, the
+/// frames and the failures by reason; why a process that claims to run Python has none;
+/// nothing for a process without Python.
+fn python(f: &mut Formatter<'_>, session: &ProcessProfiler, stats: &Stats) -> fmt::Result {
+    let (sampler, pid) = (session.sampler(), session.pid());
+    if let Some(refused) = sampler.python_refusal(pid) {
+        return writeln!(f, "python: none read: {refused}");
+    }
+    let Some(interpreter) = sampler.python(pid) else {
+        return Ok(());
+    };
+    let python = &stats.python;
+    write!(
+        f,
+        "python: CPython {} ({}): {} samples with Python frames, {} frames, {} distinct; {} \
+         code objects named ({} KiB)",
+        interpreter.version(),
+        interpreter.module(),
+        python.samples,
+        python.frames,
+        python.locations,
+        interpreter.code_cache().reads,
+        interpreter.code_cache().bytes().div_ceil(1024),
+    )?;
+    if !python.failures.is_empty() {
+        let failures: Vec<String> = python
+            .failures
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect();
+        write!(f, "; not walked: {}", failures.join(", "))?;
+    }
+    writeln!(f)
+}
+
+/// [`FleetProfiler::summary`]: the processes a fleet followed and its samples.
+#[derive(Debug)]
+pub struct FleetSummary<'a> {
+    fleet: &'a FleetProfiler,
+}
+
+impl FleetProfiler {
+    /// What the fleet did so far, as text: the processes followed (now, without thread
+    /// contexts, exited, no longer publishing), the samples (with a context, unreadable,
+    /// lost), discovery's scans and publication events, the publishers it could not
+    /// follow, and a line per process followed now (the first 20). Each line ends with a
+    /// newline.
+    pub const fn summary(&self) -> FleetSummary<'_> {
+        FleetSummary { fleet: self }
+    }
+}
+
+impl Display for FleetSummary<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let fleet = self.fleet;
+        let c = fleet.counts();
+        let sampled = fleet.sampler().stats();
+        let members = fleet.members();
+        let stacks_only = members.iter().filter(|m| m.stacks_only).count();
+        writeln!(
+            f,
+            "{} followed ({} now, {stacks_only} of them without thread contexts; {} exited, \
+             {} stopped publishing); {} samples, {} with a thread context, {} unreadable, {} \
+             lost",
+            count(c.followed, "process", "processes"),
+            members.len(),
+            c.exited,
+            c.unpublished,
+            sampled.samples,
+            sampled.with_context,
+            sampled.unreadable_samples(),
+            sampled.lost,
+        )?;
+        if c.scans > 0 {
+            writeln!(
+                f,
+                "discovery: {} of /proc, {}{}",
+                count(c.scans, "scan", "scans"),
+                count(c.events, "publication event", "publication events"),
+                if fleet.hook_refusal().is_none() {
+                    ""
+                } else {
+                    " (no hook)"
+                }
+            )?;
+        }
+        if c.refused > 0 {
+            writeln!(
+                f,
+                "{} publishers could not be followed; the last: {}",
+                c.refused,
+                c.last_refusal.as_deref().unwrap_or("")
+            )?;
+        }
+        for m in members.iter().take(LISTED_MEMBERS) {
+            writeln!(
+                f,
+                "  {} {} {}{}",
+                m.pid,
+                m.comm,
+                m.service.as_deref().unwrap_or("(no service.name)"),
+                if m.stacks_only {
+                    " (stacks only: no thread contexts)"
+                } else {
+                    ""
+                }
+            )?;
+        }
+        if members.len() > LISTED_MEMBERS {
+            writeln!(f, "  ... and {} more", members.len() - LISTED_MEMBERS)?;
+        }
+        Ok(())
+    }
+}
