@@ -13,7 +13,7 @@ mod support;
 mod fixture;
 
 use fixture::{build_routes, go, pprof, Fixture, ROUTES};
-use support::{read_folded, run, scratch, text, DemoService, Folded};
+use support::{read_folded, run, scratch, text, DemoService, Folded, KillOnDrop};
 
 /// Runs `otel-ctx profile <pid> <args>`, which must succeed; what it said (its summary
 /// and notes, on stderr) and its stdout.
@@ -309,19 +309,21 @@ fn the_demo_service_by_route_and_handler() {
 
 #[test]
 fn a_process_without_thread_contexts_is_profiled_and_said() {
-    let mut spinner = Command::new("sh")
-        .args(["-c", "while :; do :; done"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start sh");
+    let spinner = KillOnDrop(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start sh"),
+    );
     let dir = scratch("no-contexts");
     let out = dir.join("sh.folded");
     let (said, _) = profile(
-        spinner.id(),
+        spinner.0.id(),
         &["--duration", "1s", "--ptrace", "-o", out.to_str().unwrap()],
     );
-    let _ = spinner.kill();
-    let _ = spinner.wait();
+    drop(spinner);
     assert!(
         said.contains("publishes no thread contexts") && said.contains("otel_thread_ctx_v1"),
         "{said}"

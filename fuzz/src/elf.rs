@@ -25,8 +25,10 @@
 use std::io;
 use std::sync::Arc;
 
-use otel_ctx_reader::{Libc, Resolution, TlsError};
-use otel_ctx_reader::thread::tls::{resolve, resolve_for, ElfTls, LoadedModule, SlotLocation, TargetMemory};
+use otel_ctx_reader::thread::tls::{
+    resolve, resolve_for, ElfTls, Libc, LoadedModule, Resolution, SlotLocation, TargetMemory,
+    TlsError,
+};
 
 /// Size of the trailer that ends the input.
 pub const TRAILER_SIZE: usize = 20;

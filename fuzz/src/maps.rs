@@ -21,8 +21,8 @@
 use std::io::{self, Read};
 use std::ops::ControlFlow;
 
-use otel_ctx_reader::maps::{MapsLine, MapsScanner, MAX_CANDIDATES, SCAN_BUFFER_SIZE};
 use otel_ctx_reader::maps::{ContextMapping, MappingName};
+use otel_ctx_reader::maps::{MapsLine, MapsScanner, MAX_CANDIDATES, SCAN_BUFFER_SIZE};
 
 /// Lines per input that get every check of [`check_line`].
 const MAX_CHECKED_LINES: usize = 64;

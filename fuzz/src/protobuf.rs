@@ -16,7 +16,7 @@ use otel_ctx_codec::proto::{
 use otel_ctx_codec::threadlocal::{
     ThreadlocalError, ThreadlocalView, ATTRIBUTE_KEY_MAP_KEY, MAX_KEY_MAP_LEN, SCHEMA_VERSION_KEY,
 };
-use otel_ctx_reader::{OwnedKeyValue, OwnedProcessContext, OwnedValue};
+use otel_ctx_reader::process::{OwnedKeyValue, OwnedProcessContext, OwnedValue};
 
 /// Limits small enough that fuzzed inputs reach every one of them.
 const TIGHT: Limits = Limits {

@@ -4,11 +4,13 @@
 //! shape: thread, name, registers, stack copy, named context. Root only (ptrace, BPF).
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use otel_ctx_reader::thread::ThreadError;
 use otel_ctx_reader::{Following, Method, Sampler, SamplerOptions, Step, Threads};
+
+mod spinner;
+use spinner::Spinner;
 
 // Shared with the TLS matrix tests, which use all of it.
 #[allow(dead_code)]
@@ -66,19 +68,10 @@ fn options(method: Method) -> SamplerOptions {
         .with_stack_size(4096)
 }
 
-/// A process that spins and publishes nothing.
-fn spinner() -> Child {
-    Command::new("sh")
-        .args(["-c", "while :; do :; done"])
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start sh")
-}
-
 fn the_same_samples_whichever_way(method: Method) {
     let target = matrix::start(&matrix::busy_fixture(), &[], &[]);
     let pid = target.child.id();
-    let mut bare = spinner();
+    let mut bare = Spinner::start();
     let mut sampler = Sampler::new(options(method)).expect("the sampler");
     assert_eq!(sampler.method(), method);
     assert!(matches!(

@@ -124,6 +124,17 @@ impl Drop for DemoService {
     }
 }
 
+/// A child killed and reaped when the test lets go of it, passed or panicked: a busy
+/// target left behind would take a core from the later tests and hold their output open.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Builds the binary `bin` of `package` through cargo and returns its path.
 pub fn binary(package: &str, bin: &str) -> PathBuf {
     build(&["build", "-p", package, "--bin", bin], bin)
