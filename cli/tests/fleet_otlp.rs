@@ -19,7 +19,7 @@ mod support;
 mod fixture;
 
 use fixture::{build_routes, Fixture, ROUTES};
-use support::{number_before, otel_ctx};
+use support::{number_before, otel_ctx, KillOnDrop};
 
 /// The fixture's threads spin on both CPUs: one test at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -260,7 +260,7 @@ fn every_publisher_to_a_collector() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the libdd publisher");
-    let mut libdd = scopeguard(libdd);
+    let mut libdd = KillOnDrop(libdd);
     let mut line = String::new();
     BufReader::new(libdd.0.stdout.as_mut().expect("piped"))
         .read_line(&mut line)
@@ -373,20 +373,6 @@ fn every_publisher_to_a_collector() {
     assert!(stderr.contains(" 0 dropped"), "{stderr}");
     drop(libdd.0.stdin.take());
     let _ = libdd.0.wait();
-}
-
-/// Kills the child on drop (a failed assertion must not leave it running).
-struct Guard(Child);
-
-fn scopeguard(child: Child) -> Guard {
-    Guard(child)
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// `peak 7.9 KiB` in the summary, in bytes.
