@@ -11,7 +11,6 @@ use std::time::Duration;
 use clap::{CommandFactory, Parser, Subcommand};
 
 mod commands;
-mod output;
 
 /// Find and read the OpenTelemetry process contexts (OTEP 4719) and thread contexts
 /// (OTEP 4947) that processes on this host publish.

@@ -15,7 +15,7 @@ mod support;
 mod fixture;
 
 use fixture::{build_routes, Fixture};
-use support::{otel_ctx, run, text};
+use support::{otel_ctx, run, text, KillOnDrop};
 
 /// The fixtures' threads spin on both CPUs, and `--all` samples every publisher: one test
 /// at a time.
@@ -125,6 +125,66 @@ fn one_process_summary_on_stderr_and_the_profile_where_o_says() {
         "folded"
     );
     fixture.finish();
+}
+
+/// An output that cannot be written is said before sampling starts, with what is wrong
+/// (a part that is not a directory said as such), and nothing is sampled: exit status 2
+/// well within the `--duration` sampling would have taken.
+#[test]
+fn an_output_that_cannot_be_written_fails_before_sampling() {
+    let _serial = serial();
+    let dir = scratch("refused");
+    let plain = dir.join("plain");
+    std::fs::write(&plain, "a file").expect("a file");
+    let target = Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("start sleep");
+    let target = KillOnDrop(target);
+    let pid = target.0.id().to_string();
+    let under = format!("{}/x.svg", plain.display());
+    let slash = format!("{}/", plain.display());
+    let mut cases = vec![
+        (
+            vec!["profile", &pid, "-o", "/proc/x.svg"],
+            "-o /proc/x.svg: cannot write there: ".to_owned(),
+        ),
+        (
+            vec!["profile", &pid, "-o", &under],
+            format!("-o {under}: {} is not a directory", plain.display()),
+        ),
+        (
+            vec!["profile", &pid, "-o", &slash],
+            format!("-o {slash}: not a directory"),
+        ),
+    ];
+    let otlp_file = format!("{}/requests.otlp", plain.display());
+    if cfg!(feature = "ebpf") {
+        cases.push((
+            vec!["profile", "--all", "-o", &under],
+            "is not a directory".to_owned(),
+        ));
+        cases.push((
+            vec!["profile", &pid, "--otlp-file", &otlp_file],
+            format!(
+                "--otlp-file {otlp_file}: {} is not a directory",
+                plain.display()
+            ),
+        ));
+    }
+    for (args, said) in cases {
+        let started = Instant::now();
+        let out = run_in(&dir, &[&args[..], &["--duration", "8s"]].concat());
+        let took = started.elapsed();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(&said), "{args:?}: {stderr}");
+        assert!(!stderr.contains("samples"), "{args:?} sampled: {stderr}");
+        assert!(took < Duration::from_secs(8), "{args:?} took {took:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: {}", text(&out.stdout));
+    }
+    assert_eq!(std::fs::read_to_string(&plain).unwrap(), "a file");
+    drop(target);
 }
 
 mod all {

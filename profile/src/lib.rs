@@ -81,6 +81,7 @@ mod folded;
 mod format;
 mod module;
 pub mod otlp;
+pub mod output;
 mod pprof;
 mod profile;
 mod python;
@@ -103,6 +104,7 @@ pub use aggregate::Limits;
 pub use folded::FoldedOptions;
 pub use format::Format;
 pub use module::{CacheLimits, CacheStats, ModuleCache, ModuleKey};
+pub use output::{OutputError, Outputs};
 pub use profile::{Entry, FrameKind, LabelSet, Location, Mapping, Profile, SkippedModule, Stats};
 pub use python::{PythonStats, MAX_PYTHON_LOCATIONS};
 pub use sample::{

@@ -16,13 +16,12 @@ use std::time::{Duration, Instant};
 
 use otel_ctx_profile::export::{self, Exporter};
 use otel_ctx_profile::otlp::OtlpScope;
-use otel_ctx_profile::{Filter, FleetOptions, FleetProfiler, FoldedOptions, Profile};
+use otel_ctx_profile::{Filter, FleetOptions, FleetProfiler, FoldedOptions, Outputs, Profile};
 use otel_ctx_reader::Method;
 
 use super::otlp;
 use super::profile::Request;
 use super::{sampler_failure, text, Failure, INTERRUPTED, SUMMARY_ASKED};
-use crate::output::Outputs;
 
 /// How long a step of the loop lasts at most.
 const TICK: Duration = Duration::from_millis(100);
@@ -42,6 +41,10 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
         return Err(Failure::usage(
             "--export-interval 0: give an interval such as 10s",
         ));
+    }
+    if let Some(export::Destination::File(path)) = &destination {
+        otel_ctx_profile::output::check_writable(path)
+            .map_err(|e| Failure::Unusable(format!("--otlp-file {e}")))?;
     }
     let files = match &destination {
         Some(_) if request.output.is_some() || request.format.is_some() => {

@@ -16,14 +16,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use otel_ctx_profile::{
-    Debuginfod, DebuginfodFetch, Filter, FoldedOptions, Format, ProcessProfiler, Profile,
+    Debuginfod, DebuginfodFetch, Filter, FoldedOptions, Format, Outputs, ProcessProfiler, Profile,
     ProfileOptions, SessionOptions,
 };
 use otel_ctx_reader::thread::DEFAULT_STACK_SIZE;
 use otel_ctx_reader::{Method, SamplerOptions};
 
 use super::{catch_sigint, text, Failure, INTERRUPTED};
-use crate::output::Outputs;
 
 /// `--max-processes` when not given: as many as the eBPF sampler has room for.
 pub const DEFAULT_MAX_PROCESSES: usize = 1024;
@@ -131,17 +130,18 @@ impl Request {
             .with_profile(profile)
     }
 
-    /// Where the profiles go and in which format, by the rule of [`crate::output`]; the
-    /// directory they go into is created when missing.
+    /// Where the profiles go and in which format, by the rule of
+    /// [`otel_ctx_profile::output`]; before sampling, the directory they go into is made
+    /// when missing and a file checked to be writable there.
     pub fn outputs(&self) -> Result<Outputs, Failure> {
         let output = self.output.as_deref();
         let is_dir = output.is_some_and(Path::is_dir);
         let outputs =
             Outputs::new(output, self.format, self.all, is_dir).map_err(Failure::Unusable)?;
-        if let Some(dir) = outputs.directory() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Failure::Unusable(format!("cannot create {}: {e}", dir.display())))?;
-        }
+        outputs.prepare().map_err(|e| match output {
+            Some(_) => Failure::Unusable(format!("-o {e}")),
+            None => Failure::Unusable(format!("{e} (without -o, the current directory)")),
+        })?;
         Ok(outputs)
     }
 }
