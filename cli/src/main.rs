@@ -1,8 +1,9 @@
 //! `otel-ctx`: find and read OpenTelemetry process and thread contexts.
 //!
 //! Exit status, the same for every command: 0 when it did its job; 1 when the process
-//! has no valid context or a rule fails; 2 on bad usage or when the process could not be
-//! read (no such process, permission denied). A closed output pipe ends it quietly
+//! has no valid context or a rule fails; 2 on bad usage, an output that cannot be
+//! written, or when the process could not be read (no such process, permission denied);
+//! 3 when `profile --otlp` delivered none of its profiles, 4 part of them. A closed output pipe ends it quietly
 //! (`SIGPIPE`), as it ends other Unix tools.
 
 use std::process::ExitCode;
@@ -19,8 +20,9 @@ mod commands;
     name = "otel-ctx",
     version,
     after_help = "Exit status: 0 done; 1 the process has no valid context, or a rule fails; \
-                  2 bad usage, or the process could not be read (no such process, \
-                  permission denied)."
+                  2 bad usage, an output that cannot be written, or the process could not \
+                  be read (no such process, permission denied); 3 profile --otlp delivered \
+                  nothing; 4 it delivered part."
 )]
 struct Args {
     #[command(subcommand)]

@@ -98,10 +98,13 @@ fn decode(dir: &Path) -> Vec<serde_json::Value> {
 struct Inbox {
     requests: Vec<(Instant, Vec<u8>)>,
     bad: Vec<String>,
+    /// Answer 400 (a request not worth retrying) to every request after this many.
+    refuse_after: Option<usize>,
 }
 
 /// An OTLP/HTTP receiver on `listener`: answers 200 to every well-formed
-/// `POST /v1development/profiles` with a gzipped protobuf body, and records it.
+/// `POST /v1development/profiles` with a gzipped protobuf body (400 once the inbox's
+/// `refuse_after` requests came), and records it.
 fn serve(listener: TcpListener, inbox: Arc<Mutex<Inbox>>) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
@@ -148,16 +151,20 @@ fn handle(stream: TcpStream, inbox: &Mutex<Inbox>) {
             inbox.bad.push(format!("{head:?}"));
         }
         let mut raw = Vec::new();
+        let status = match inbox.refuse_after {
+            Some(n) if inbox.requests.len() >= n => "400 Bad Request",
+            _ => "200 OK",
+        };
         match flate2::read::GzDecoder::new(&body[..]).read_to_end(&mut raw) {
             Ok(_) => inbox.requests.push((Instant::now(), raw)),
             Err(e) => inbox.bad.push(format!("not gzip: {e}")),
         }
         drop(inbox);
         let mut stream = reader.get_ref();
-        if stream
-            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n")
-            .is_err()
-        {
+        let answer = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n"
+        );
+        if stream.write_all(answer.as_bytes()).is_err() {
             return;
         }
     }
@@ -170,24 +177,52 @@ fn store(inbox: &Inbox, dir: &Path) {
     }
 }
 
-/// `otel-ctx profile --all <args>`, its stderr going to a file.
+/// `otel-ctx profile <args>`, its stdout and stderr going to files.
 struct Tool {
     child: Child,
+    stdout: PathBuf,
     stderr: PathBuf,
 }
 
 impl Tool {
+    /// `otel-ctx profile --all <args>`.
     fn start(args: &[&str], dir: &Path) -> Self {
+        Self::profile(&[&["--all"], args].concat(), dir)
+    }
+
+    fn profile(args: &[&str], dir: &Path) -> Self {
+        let stdout = dir.join("stdout.txt");
         let stderr = dir.join("stderr.txt");
         let child = Command::new(otel_ctx())
-            .args(["profile", "--all"])
+            .arg("profile")
             .args(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
             .stderr(std::fs::File::create(&stderr).expect("stderr file"))
             .spawn()
             .expect("start otel-ctx");
-        Self { child, stderr }
+        Self {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Waits at most `within` for it to exit; its exit code, stdout and stderr.
+    fn wait(mut self, within: Duration) -> (Option<i32>, String, String) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                let stdout = std::fs::read_to_string(&self.stdout).unwrap_or_default();
+                return (status.code(), stdout, self.stderr());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "otel-ctx still running after {within:?}:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn signal(&self, signal: libc::c_int) {
@@ -200,23 +235,13 @@ impl Tool {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
-    /// Stops it with SIGTERM; it must exit 0 within `within`. Its stderr.
-    fn stop(mut self, within: Duration) -> String {
+    /// Stops it with SIGTERM; it must exit with `code` within `within`. Its stderr.
+    fn stop(self, within: Duration, code: i32) -> String {
         self.signal(libc::SIGTERM);
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                let stderr = self.stderr();
-                assert!(status.success(), "otel-ctx exited {status}:\n{stderr}");
-                return stderr;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "otel-ctx still running {within:?} after SIGTERM:\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (status, stdout, stderr) = self.wait(within);
+        assert_eq!(status, Some(code), "otel-ctx exited {status:?}:\n{stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        stderr
     }
 }
 
@@ -293,7 +318,7 @@ fn every_publisher_to_a_collector() {
         tool.stderr().contains("otel-ctx profile:")
     });
     let asked = tool.stderr();
-    let stderr = tool.stop(Duration::from_secs(15));
+    let stderr = tool.stop(Duration::from_secs(15), 0);
     let inbox = inbox.lock().unwrap();
     assert!(inbox.bad.is_empty(), "{:?}", inbox.bad);
     store(&inbox, &dir);
@@ -434,7 +459,12 @@ fn the_collector_down_for_ten_seconds_then_up() {
         "requests once the collector is up",
         || inbox.lock().unwrap().requests.len() >= 3,
     );
-    let stderr = tool.stop(Duration::from_secs(15));
+    // Part of the profiles was dropped: said, with how much, and exit status 4.
+    let stderr = tool.stop(Duration::from_secs(15), 4);
+    assert!(
+        stderr.contains("part of the profiles was not delivered to http://127.0.0.1:"),
+        "{stderr}"
+    );
     let inbox = inbox.lock().unwrap();
     assert!(inbox.bad.is_empty(), "{:?}", inbox.bad);
     store(&inbox, &dir);
@@ -461,5 +491,136 @@ fn the_collector_down_for_ten_seconds_then_up() {
     assert!(number_before(&stderr, "retries") > 0, "{stderr}");
     let samples = number_before(&stderr, "samples, ");
     assert!(samples >= 200, "{samples} samples: {stderr}");
+    drop(fixture);
+}
+
+/// A port of 127.0.0.1 that was bound, then closed: nothing listens there.
+fn closed_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The lines of the tool's stderr, each checked to come from where it should: the first
+/// failure when it happens (before the summary), the summary, then the exit status's
+/// reason, last.
+fn failure_then_summary(stderr: &str, url: &str, reason: &str, last: &str) {
+    let failure = format!("otel-ctx: cannot deliver to {url}/v1development/profiles: ");
+    let said = stderr.find(&failure).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(stderr[said..].contains(reason), "{stderr}");
+    let summary = stderr.find("otel-ctx profile: ").expect("the summary");
+    assert!(said < summary, "the failure after the summary:\n{stderr}");
+    let end = stderr.trim_end().lines().last().unwrap_or("");
+    assert!(end.starts_with(last), "{end}\n{stderr}");
+}
+
+/// A Collector that is down is no success: the first failure is said when it happens,
+/// with the endpoint and the reason, and a run that delivered nothing exits 3, whether
+/// it ran for a set time or until SIGTERM.
+#[test]
+fn a_collector_that_is_down_is_said_at_once_and_exits_3() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("closed");
+    let fixture =
+        Fixture::start_with_env(&routes_fixture(), &[], &[("OTEL_SERVICE_NAME", "closed")]);
+    let pid = fixture.pid.to_string();
+    let url = format!("http://127.0.0.1:{}", closed_port());
+    let otlp = format!("--otlp={url}");
+    // A set time: the request is made at the end, refused, tried for --otlp-timeout.
+    let tool = Tool::profile(
+        &[&pid, &otlp, "--duration", "2s", "--otlp-timeout", "1s"],
+        &dir,
+    );
+    let (code, stdout, stderr) = tool.wait(Duration::from_secs(30));
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    failure_then_summary(
+        &stderr,
+        &url,
+        "Connection refused",
+        &format!("otel-ctx: nothing was delivered to {url}/v1development/profiles: 1 of 1 requests not delivered ("),
+    );
+    assert!(stderr.contains(" 0 sent "), "{stderr}");
+
+    // Until SIGTERM: the failure is said while it runs, at the first export.
+    let tool = Tool::profile(
+        &[
+            &pid,
+            &otlp,
+            "--duration",
+            "0",
+            "--export-interval",
+            "1s",
+            "--otlp-timeout",
+            "1s",
+        ],
+        &dir,
+    );
+    wait_for(Duration::from_secs(20), "the first failure said", || {
+        tool.stderr().contains("otel-ctx: cannot deliver to")
+    });
+    assert!(
+        !tool.stderr().contains("otel-ctx profile: "),
+        "{}",
+        tool.stderr()
+    );
+    let stderr = tool.stop(Duration::from_secs(15), 3);
+    failure_then_summary(
+        &stderr,
+        &url,
+        "Connection refused",
+        &format!("otel-ctx: nothing was delivered to {url}/v1development/profiles: "),
+    );
+    assert!(number_before(&stderr, "dropped (") >= 1, "{stderr}");
+    drop(fixture);
+}
+
+/// A Collector that takes the first request and refuses the rest (400, not worth
+/// retrying): part was delivered, the rest is said with how much, and the exit status is
+/// 4.
+#[test]
+fn a_run_that_lost_part_of_its_profiles_says_how_much_and_exits_4() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("part");
+    let fixture = Fixture::start_with_env(&routes_fixture(), &[], &[("OTEL_SERVICE_NAME", "part")]);
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let inbox = Arc::new(Mutex::new(Inbox {
+        refuse_after: Some(1),
+        ..Inbox::default()
+    }));
+    serve(listener, inbox.clone());
+    let tool = Tool::profile(
+        &[
+            &fixture.pid.to_string(),
+            &format!("--otlp={url}"),
+            "--duration",
+            "3500ms",
+            "--export-interval",
+            "1s",
+        ],
+        &dir,
+    );
+    let (code, stdout, stderr) = tool.wait(Duration::from_secs(30));
+    assert_eq!(code, Some(4), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let requests = inbox.lock().unwrap().requests.len() as u64;
+    assert!(requests >= 2, "{requests} requests:\n{stderr}");
+    failure_then_summary(
+        &stderr,
+        &url,
+        "the collector answered 400",
+        &format!(
+            "otel-ctx: part of the profiles was not delivered to {url}/v1development/profiles: {} of {requests} requests not delivered (",
+            requests - 1
+        ),
+    );
+    assert!(
+        stderr.contains("that request is not sent again"),
+        "{stderr}"
+    );
+    let lost = number_before(stderr.trim_end().lines().last().unwrap(), "samples)");
+    assert!(lost > 0, "{stderr}");
     drop(fixture);
 }

@@ -13,7 +13,8 @@ use opentelemetry_proto::tonic::collector::profiles::v1development::{
     ExportProfilesPartialSuccess, ExportProfilesServiceRequest, ExportProfilesServiceResponse,
 };
 use otel_ctx_profile::export::{
-    self, ConfigError, Destination, Environment, Exporter, Options, DEFAULT_TIMEOUT, PROFILES_PATH,
+    self, ConfigError, Delivery, Destination, Environment, Exporter, Options, DEFAULT_TIMEOUT,
+    PROFILES_PATH,
 };
 use otel_ctx_profile::otlp::{self, OtlpScope};
 use otel_ctx_profile::{Attributes, Profile, ProfileOptions, Profiler, Sample, SampleContext};
@@ -307,9 +308,12 @@ fn retries_what_the_collector_asks_to_retry_and_sends_it_whole() {
         (1, 1, 1, 5)
     );
     assert_eq!(stats.sent_bytes, second.body.len() as u64);
-    let error = stats.last_error.unwrap();
+    let error = stats.last_error.clone().unwrap();
     assert!(error.contains("503") && error.contains("busy"), "{error}");
+    assert_eq!(stats.first_error, stats.last_error);
     assert_eq!((stats.dropped, stats.queued, stats.queued_bytes), (0, 0, 0));
+    // Retried, then delivered: all of it.
+    assert_eq!(stats.delivery(), Delivery::Complete);
 }
 
 #[test]
@@ -330,6 +334,17 @@ fn a_status_not_worth_retrying_rejects_the_request() {
     let stats = exporter.finish();
     assert_eq!((stats.rejected, stats.sent, stats.retries), (1, 1, 0));
     assert_eq!(stats.sent_samples, 2);
+    // One request of two (its one sample) lost: part of it delivered.
+    let Delivery::Partial(loss) = stats.delivery() else {
+        panic!("{stats:?}");
+    };
+    assert_eq!((loss.requests, loss.of, loss.samples), (1, 2, 1));
+    assert_eq!(
+        loss.to_string(),
+        "1 of 2 requests not delivered (1 samples)"
+    );
+    let first = stats.first_error.as_deref().unwrap_or("");
+    assert!(first.contains("answered 400"), "{first}");
 }
 
 #[test]
@@ -403,12 +418,20 @@ fn while_the_collector_is_down_the_queue_keeps_its_bound() {
     assert_eq!(now.dropped, 7, "{now:?}");
     assert_eq!(now.dropped_samples, 28);
     assert!(now.retries >= 1 && now.sent == 0);
-    assert!(now.last_error.as_deref().unwrap_or("").contains("POST"));
+    assert!(now.last_error.as_deref().unwrap_or("").contains("refused"));
     // The final flush gives up at its deadline: what is left is dropped, counted.
     let started = Instant::now();
     let last = exporter.finish();
     assert!(started.elapsed() < Duration::from_secs(3));
     assert_eq!((last.dropped, last.queued, last.sent), (10, 0, 0));
+    // Nothing delivered, and all of it said: the requests and their samples, and the
+    // first failure as it was.
+    let Delivery::Failed(loss) = last.delivery() else {
+        panic!("{last:?}");
+    };
+    assert_eq!((loss.requests, loss.of, loss.samples), (10, 10, 40));
+    let first = last.first_error.as_deref().unwrap_or("");
+    assert!(first.contains("Connection refused"), "{first}");
     // Nothing waits now; the peak is still the most that did.
     assert_eq!(last.queued_bytes, 0);
     assert_eq!(last.queue_peak, now.queue_peak);

@@ -97,6 +97,7 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
         None => None,
     };
     let progress = std::io::stderr().is_terminal() && !request.quiet;
+    let mut said_failure = false;
     let started = Instant::now();
     let (mut exported, mut shown) = (started, started);
     let forever = request.duration.is_zero();
@@ -111,6 +112,7 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
                 exported = Instant::now();
                 exporter.submit(fleet.take_profiles());
             }
+            said_failure = say_failure(exporter, said_failure);
         }
         if SUMMARY_ASKED.swap(false, Ordering::Relaxed) {
             let export = exporter
@@ -129,8 +131,20 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
     // The samples taken since the last step, without waiting.
     fleet.step(Duration::ZERO).map_err(sampler_failure)?;
     let stats = match exporter {
-        Some(exporter) => {
+        Some(mut exporter) => {
             exporter.submit(fleet.take_profiles());
+            exporter.close();
+            if said_failure {
+                eprintln!(
+                    "otel-ctx: trying what is queued again for at most {} (--otlp-timeout)",
+                    text::duration(timeout.as_nanos() as u64)
+                );
+            }
+            while !exporter.is_done() {
+                said_failure = say_failure(&exporter, said_failure);
+                std::thread::sleep(TICK);
+            }
+            say_failure(&exporter, said_failure);
             let to = exporter.destination().describe();
             Some((to, exporter.finish()))
         }
@@ -139,8 +153,37 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
     if let Some(outputs) = files {
         write_files(fleet.profiles(), &outputs, &request.by)?;
     }
-    eprint!("{}", summary(&fleet, stats, started));
-    Ok(())
+    eprint!("{}", summary(&fleet, stats.clone(), started));
+    // What reached the collector is the exit status: all (or nothing to send) 0, none 3,
+    // part 4.
+    match stats.map(|(to, stats)| (to, stats.delivery())) {
+        Some((to, export::Delivery::Failed(loss))) => Err(Failure::Undelivered(format!(
+            "nothing was delivered to {to}: {loss}"
+        ))),
+        Some((to, export::Delivery::Partial(loss))) => Err(Failure::PartlyDelivered(format!(
+            "part of the profiles was not delivered to {to}: {loss}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Says the exporter's first failure on stderr once, when it is first seen: where to and
+/// why. Whether it is said now.
+fn say_failure(exporter: &Exporter, said: bool) -> bool {
+    if said {
+        return true;
+    }
+    let stats = exporter.stats();
+    let Some(error) = stats.first_error else {
+        return false;
+    };
+    let to = exporter.destination().describe();
+    let then = match stats.retries {
+        0 => "that request is not sent again",
+        _ => "the requests wait and are tried again",
+    };
+    eprintln!("otel-ctx: cannot deliver to {to}: {error} ({then})");
+    true
 }
 
 /// Without an OTLP destination: each process's whole profile, where `outputs` says.
@@ -176,8 +219,10 @@ fn progress_line(fleet: &FleetProfiler, exporter: &Option<Exporter>, started: In
     );
     if let Some(stats) = exporter.as_ref().map(Exporter::stats) {
         line.push_str(&format!(
-            ", {} requests sent, {} queued",
-            stats.sent, stats.queued
+            ", {} requests sent, {} queued, {} dropped",
+            stats.sent,
+            stats.queued,
+            stats.dropped + stats.rejected + stats.dropped_batches
         ));
     }
     line

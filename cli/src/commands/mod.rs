@@ -33,6 +33,12 @@ pub enum Failure {
     /// Exit status 2: bad usage, or the process could not be read (no such process,
     /// permission denied).
     Unusable(String),
+    /// Exit status 3: there were profiles to send, and none was delivered.
+    #[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
+    Undelivered(String),
+    /// Exit status 4: part of the profiles was not delivered (dropped or rejected).
+    #[cfg_attr(not(feature = "ebpf"), allow(dead_code))]
+    PartlyDelivered(String),
 }
 
 impl Failure {
@@ -41,6 +47,8 @@ impl Failure {
         match self {
             Self::Finding(_) => 1,
             Self::Unusable(_) => 2,
+            Self::Undelivered(_) => 3,
+            Self::PartlyDelivered(_) => 4,
         }
     }
 
@@ -53,7 +61,10 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Finding(message) | Self::Unusable(message) => f.write_str(message),
+            Self::Finding(message)
+            | Self::Unusable(message)
+            | Self::Undelivered(message)
+            | Self::PartlyDelivered(message) => f.write_str(message),
         }
     }
 }

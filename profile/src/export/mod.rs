@@ -18,6 +18,11 @@
 //! // At the end: what is queued is sent, for at most the timeout.
 //! let stats = exporter.finish();
 //! println!("{} requests sent, {} dropped", stats.sent, stats.dropped);
+//! match stats.delivery() {
+//!     export::Delivery::Failed(loss) => eprintln!("nothing delivered: {loss}"),
+//!     export::Delivery::Partial(loss) => eprintln!("{loss}"),
+//!     _ => {}
+//! }
 //! # Ok(()) }
 //! ```
 //!
@@ -29,7 +34,9 @@
 //! retryable (429, 502, 503, 504); each new interval's request also tries at once,
 //! unless the collector asked for a wait. Any other status rejects the request, which is
 //! counted and not sent again. An accepted request's `partial_success` is counted
-//! ([`Stats::rejected_profiles`]).
+//! ([`Stats::rejected_profiles`]). The first failure is kept as it happens
+//! ([`Stats::first_error`]), and [`Stats::delivery`] says what the requests came to:
+//! all delivered, part of them or none, and how much was lost ([`Loss`]).
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -165,6 +172,8 @@ pub struct Stats {
     pub dropped_batches: u64,
     /// Requests the destination refused with a status not worth retrying.
     pub rejected: u64,
+    /// Samples in them.
+    pub rejected_samples: u64,
     /// Profiles the collector said it rejected in an accepted request
     /// (`partial_success.rejected_profiles`).
     pub rejected_profiles: u64,
@@ -177,6 +186,89 @@ pub struct Stats {
     /// The last failure, as the destination or the network said it (or the message of
     /// a collector's partial success).
     pub last_error: Option<String>,
+    /// The first attempt that failed (retried or rejected), as the destination or the
+    /// network said it: set once, when it happens, so that a caller that looks at the
+    /// counts now and then can say it at once.
+    pub first_error: Option<String>,
+}
+
+impl Stats {
+    /// What the requests came to so far (after [`Exporter::finish`]: in the end), for a
+    /// tool's exit status: nothing to send, all delivered, part of them, or none.
+    /// Requests still queued count as neither delivered nor lost.
+    pub fn delivery(&self) -> Delivery {
+        let loss = Loss {
+            requests: self.dropped + self.rejected,
+            of: self.requests,
+            samples: self.dropped_samples + self.rejected_samples,
+            batches: self.dropped_batches,
+            profiles: self.rejected_profiles,
+        };
+        if self.requests == 0 && self.dropped_batches == 0 {
+            Delivery::NothingToSend
+        } else if self.sent == 0 {
+            Delivery::Failed(loss)
+        } else if loss.requests + loss.batches + loss.profiles > 0 {
+            Delivery::Partial(loss)
+        } else {
+            Delivery::Complete
+        }
+    }
+}
+
+/// What an exporter's requests came to ([`Stats::delivery`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Delivery {
+    /// No batch was submitted with a profile in it: nothing to send.
+    NothingToSend,
+    /// Every request built was delivered, every profile in them accepted.
+    Complete,
+    /// Some requests were delivered; the loss says what was not.
+    Partial(Loss),
+    /// There was something to send, and nothing was delivered; the loss says how much.
+    Failed(Loss),
+}
+
+/// What did not reach the destination: requests dropped or rejected, batches dropped
+/// before they were encoded, profiles the collector rejected in requests it accepted.
+/// Its `Display` says it in a few words: `2 of 5 requests not delivered (180 samples)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Loss {
+    /// Requests not delivered: dropped (from a full queue, or left at the final flush's
+    /// deadline) or rejected by the destination.
+    pub requests: u64,
+    /// Requests built in all.
+    pub of: u64,
+    /// Samples in the requests not delivered.
+    pub samples: u64,
+    /// Batches dropped before they were encoded (the hand-over was full).
+    pub batches: u64,
+    /// Profiles the collector rejected in requests it accepted.
+    pub profiles: u64,
+}
+
+impl std::fmt::Display for Loss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if self.requests > 0 || (self.batches == 0 && self.profiles == 0) {
+            parts.push(format!(
+                "{} of {} requests not delivered ({} samples)",
+                self.requests, self.of, self.samples
+            ));
+        }
+        if self.batches > 0 {
+            parts.push(format!("{} batches dropped before encoding", self.batches));
+        }
+        if self.profiles > 0 {
+            parts.push(format!(
+                "{} profiles rejected by the collector",
+                self.profiles
+            ));
+        }
+        f.write_str(&parts.join(", "))
+    }
 }
 
 impl std::fmt::Display for Stats {
@@ -321,14 +413,30 @@ impl Exporter {
         lock(&self.stats).clone()
     }
 
-    /// Sends what is queued, for at most the request timeout, then stops the thread;
-    /// what is left is counted as dropped. The final counts.
-    pub fn finish(mut self) -> Stats {
+    /// Starts the final flush without waiting for it: what is queued is sent for at
+    /// most the request timeout, then the thread stops ([`is_done`](Self::is_done)), what
+    /// is left counted as dropped. Batches submitted after it are dropped and counted.
+    /// The counts go on meanwhile ([`stats`](Self::stats)); [`finish`](Self::finish)
+    /// waits for the end.
+    pub fn close(&mut self) {
         if let Some(sender) = self.sender.take() {
             // Blocks at most until the worker takes the batches before it: each is
             // encoded, not sent, on the way.
             let _ = sender.send(Message::Flush(Instant::now() + self.timeout));
         }
+    }
+
+    /// Whether the delivery thread has stopped: after [`close`](Self::close), once the
+    /// flush is over.
+    pub fn is_done(&self) -> bool {
+        self.worker.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Sends what is queued, for at most the request timeout, then stops the thread;
+    /// what is left is counted as dropped ([`close`](Self::close), then the wait). The
+    /// final counts.
+    pub fn finish(mut self) -> Stats {
+        self.close();
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
         }

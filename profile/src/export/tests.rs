@@ -49,3 +49,47 @@ fn a_destination_describes_itself() {
     );
     assert!(options.user_agent.starts_with("otel-ctx-profile/"));
 }
+
+#[test]
+fn delivery_says_what_the_requests_came_to() {
+    let mut stats = Stats::default();
+    assert_eq!(stats.delivery(), Delivery::NothingToSend);
+    stats.requests = 3;
+    stats.sent = 3;
+    assert_eq!(stats.delivery(), Delivery::Complete);
+    // A warning in a partial success loses nothing.
+    stats.last_error = Some("the collector warned: slow down".to_owned());
+    assert_eq!(stats.delivery(), Delivery::Complete);
+    stats.rejected_profiles = 2;
+    let Delivery::Partial(loss) = stats.delivery() else {
+        panic!("{stats:?}")
+    };
+    assert_eq!(loss.to_string(), "2 profiles rejected by the collector");
+    stats.rejected_profiles = 0;
+    stats.requests = 5;
+    stats.dropped = 1;
+    stats.dropped_samples = 30;
+    stats.rejected = 1;
+    stats.rejected_samples = 12;
+    stats.dropped_batches = 1;
+    let Delivery::Partial(loss) = stats.delivery() else {
+        panic!("{stats:?}")
+    };
+    assert_eq!((loss.requests, loss.of, loss.samples), (2, 5, 42));
+    assert_eq!(
+        loss.to_string(),
+        "2 of 5 requests not delivered (42 samples), 1 batches dropped before encoding"
+    );
+    // Something to send, nothing sent: failed, whether the requests were dropped or the
+    // batches never became requests.
+    stats.sent = 0;
+    assert!(matches!(stats.delivery(), Delivery::Failed(_)));
+    let only_batches = Stats {
+        dropped_batches: 4,
+        ..Stats::default()
+    };
+    let Delivery::Failed(loss) = only_batches.delivery() else {
+        panic!("{only_batches:?}")
+    };
+    assert_eq!(loss.to_string(), "4 batches dropped before encoding");
+}

@@ -151,7 +151,9 @@ impl Worker {
         stats.queued_bytes = 0;
         if let Sink::File(file) = &mut self.sink {
             if let Err(e) = file.flush() {
-                stats.last_error = Some(e.to_string());
+                let error = format!("cannot write the requests: {e}");
+                stats.first_error.get_or_insert_with(|| error.clone());
+                stats.last_error = Some(error);
             }
         }
     }
@@ -214,10 +216,13 @@ impl Worker {
                 }
                 Outcome::Rejected(error) => {
                     stats.rejected += 1;
+                    stats.rejected_samples += front.samples;
+                    stats.first_error.get_or_insert_with(|| error.clone());
                     stats.last_error = Some(error);
                 }
                 Outcome::Retry { error, after } => {
                     stats.retries += 1;
+                    stats.first_error.get_or_insert_with(|| error.clone());
                     stats.last_error = Some(error);
                     self.asked_to_wait = after.map(|wait| Instant::now() + wait);
                     self.next_attempt = Instant::now() + after.unwrap_or(self.backoff);
@@ -264,7 +269,7 @@ impl Sink {
                 match request.send(body) {
                     Ok(response) => answer(response),
                     Err(e) => Outcome::Retry {
-                        error: format!("POST {url}: {e}"),
+                        error: e.to_string(),
                         after: None,
                     },
                 }
