@@ -463,19 +463,14 @@ fn demo_profiles_its_service_by_route() {
 #[test]
 fn demo_runs_and_stops_its_service() {
     let out = run(&["demo", "--duration", "1500ms"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
-    let service_pid: u32 = stdout
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let service_pid: u32 = stderr
         .lines()
         .find_map(|l| l.strip_prefix("demo service started: pid "))
         .and_then(|rest| rest.split(';').next())
         .and_then(|pid| pid.parse().ok())
-        .unwrap_or_else(|| panic!("no service pid in:\n{stdout}"));
+        .unwrap_or_else(|| panic!("no service pid in:\n{stderr}"));
     assert!(stdout.contains("demo-checkout"), "{stdout}");
     assert!(
         stdout.contains("deployment.environment.name  string  demo"),
@@ -488,8 +483,8 @@ fn demo_runs_and_stops_its_service() {
     );
     assert!(stdout.contains("demo.requests_served"), "{stdout}");
     assert!(
-        stdout.contains("demo service stopped (exit status: 0)"),
-        "{stdout}"
+        stderr.contains("demo service stopped (exit status: 0)"),
+        "{stderr}"
     );
     assert!(
         !std::path::Path::new(&format!("/proc/{service_pid}")).exists(),
@@ -504,10 +499,11 @@ fn a_second_reader_beside_the_demo_waits_for_its_sampler() {
     // thread for a moment, and a second reader's PTRACE_SEIZE meets that tracer.
     let mut demo = Command::new(otel_ctx())
         .args(["demo", "--duration", "4s"])
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(demo.stdout.take().unwrap()).lines();
+    let mut lines = BufReader::new(demo.stderr.take().unwrap()).lines();
     let service_pid = lines
         .find_map(|l| {
             l.ok()?
@@ -663,7 +659,7 @@ fn watch_counts_samples_per_route() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(stdout.contains("HTTP.REQUEST.METHOD"), "{stdout}");
-    assert!(stdout.contains("samples in"), "{stdout}");
+    assert!(text(&out.stderr).contains("samples in"), "{stdout}");
     // Bad usage is 2, and says what to do.
     let zero = run(&["watch", &pid, "--hz", "0"]);
     assert_eq!(zero.status.code(), Some(2));

@@ -108,14 +108,16 @@ fn the_demo_view_counts_samples_per_route() {
         text(&out.stderr)
     );
     assert!(stdout.contains("telemetry.sdk.name"), "{stdout}");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("thread samples per http.route"), "{stderr}");
     let table = stdout
-        .split("thread samples per http.route")
+        .split("  HTTP.ROUTE ")
         .nth(1)
         .unwrap_or_else(|| panic!("no sample table in:\n{stdout}"));
     let routes = ROUTES.iter().filter(|r| table.contains(*r)).count();
     assert!(routes >= 2, "{routes} routes in:\n{table}");
     assert!(
-        stdout.contains("demo service stopped (exit status: 0)"),
-        "{stdout}"
+        stderr.contains("demo service stopped (exit status: 0)"),
+        "{stderr}"
     );
 }

@@ -112,13 +112,19 @@ fn ebpf_and_ptrace_see_the_same_buckets() {
         .args(["--raw-keys", "--by", "#0"])
         .output()
         .expect("run otel-ctx");
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The heading and the closing line on stderr, the table alone on stdout.
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(
-        stdout.contains("(local-exec, glibc); eBPF sampling of"),
-        "{stdout}"
+        stderr.contains("(local-exec, glibc); eBPF sampling of"),
+        "{stderr}"
     );
-    assert!(stdout.contains("samples from eBPF"), "{stdout}");
+    assert!(stderr.contains("samples from eBPF"), "{stderr}");
+    assert!(
+        text(&out.stdout).starts_with("  #0 "),
+        "{}",
+        text(&out.stdout)
+    );
 
     // `show --ebpf`: each thread it lists has the context `show` (ptrace) reads.
     let show = |extra: &[&str]| -> Value {
@@ -174,7 +180,7 @@ fn without_the_capabilities_ebpf_says_why_and_ptrace_still_works() {
     );
     let out = dropped(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("samples in"));
+    assert!(text(&out.stderr).contains("samples in"));
 }
 
 #[cfg(not(feature = "ebpf"))]
@@ -253,29 +259,24 @@ fn the_demo_view_from_ebpf_samples() {
         .stdin(Stdio::null())
         .output()
         .expect("run otel-ctx demo");
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
-        stdout.contains("eBPF sampling of"),
-        "the view does not say it samples by eBPF:\n{stdout}"
+        stderr.contains("eBPF sampling of"),
+        "the view does not say it samples by eBPF:\n{stderr}"
     );
     let routes = DEMO_ROUTES
         .iter()
         .filter(|route| stdout.lines().any(|l| l.trim_start().starts_with(*route)))
         .count();
     assert!(routes >= 2, "fewer than 2 routes in the table:\n{stdout}");
-    let samples: u64 = stdout
+    let samples: u64 = stderr
         .lines()
         .find_map(|l| l.split("took ").nth(1))
         .and_then(|rest| rest.split(' ').next())
         .and_then(|n| n.parse().ok())
         .expect("the closing line counts the samples");
-    assert!(samples > 0, "{stdout}");
+    assert!(samples > 0, "{stderr}");
 }
 
 #[cfg(all(not(feature = "ebpf"), feature = "demo"))]

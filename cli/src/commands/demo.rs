@@ -64,7 +64,8 @@ pub fn run(duration: Duration, ebpf: bool, profile: Option<&Path>) -> Result<(),
     let status = service.stop();
     result?;
     let status = status.map_err(Failure::Unusable)?;
-    out(&format!("demo service stopped ({status})\n"))
+    eprintln!("demo service stopped ({status})");
+    Ok(())
 }
 
 /// The running service; dropping it stops it.
@@ -159,9 +160,7 @@ fn watch(pid: u32, duration: Duration, ebpf: bool, profile: Option<&Path>) -> Re
         sampler: None,
     };
     if !view.tty {
-        out(&format!(
-            "demo service started: pid {pid}; reading its process context every {POLL:?}\n"
-        ))?;
+        eprintln!("demo service started: pid {pid}; reading its process context every {POLL:?}");
     }
     let mut last_poll: Option<Instant> = None;
     while !INTERRUPTED.load(Ordering::Relaxed) && view.started.elapsed() < duration {
@@ -216,20 +215,24 @@ fn watch(pid: u32, duration: Duration, ebpf: bool, profile: Option<&Path>) -> Re
         "time is up"
     };
     if let (false, Some(sampler)) = (view.tty, &view.sampler) {
-        out(&format!(
+        eprintln!(
             "thread samples per http.route, as a profiler reading otel_thread_ctx_v1 sees them \
-             ({})\n{}{}",
-            sampler.how(),
+             ({}):",
+            sampler.how()
+        );
+        out(&format!(
+            "{}{}",
             sampler.table(),
             sampler.unreadable_lines()
         ))?;
     }
-    out(&format!(
-        "{why} after {}: saw {} publications of the process context, took {} thread samples\n",
+    eprintln!(
+        "{why} after {}: saw {} publications of the process context, took {} thread samples",
         text::duration(view.started.elapsed().as_nanos() as u64),
         view.publications,
         view.sampler.as_ref().map_or(0, Tally::samples)
-    ))
+    );
+    Ok(())
 }
 
 /// Keys whose values differ between two attribute lists, with the new values (the last

@@ -33,10 +33,15 @@ pub fn run(
     catch_sigint().map_err(Failure::Unusable)?;
     let mut sampler = Tally::open(pid, hz, by, raw_keys, ebpf)?;
     // What the reader could not analyse, and a grouping key the process does not have,
-    // are said before sampling starts (on stderr, so that --json stays one document).
+    // are said before sampling starts (on stderr, so that --json stays one document). A
+    // key may be registered later (the key map grows as a service runs): a warning, and
+    // sampling goes on.
     eprint!("{}", sampler.skipped_lines());
     if let Some(note) = sampler.key_note() {
-        eprintln!("otel-ctx: {note}");
+        eprintln!(
+            "otel-ctx: warning: {note} (its samples count as (no {by}) unless the process \
+             registers it)"
+        );
     }
     let tty = !as_json && std::io::stdout().is_terminal();
     let started = Instant::now();
@@ -44,7 +49,7 @@ pub fn run(
     let mut last_draw = started;
     let mut ended_by = "time is up";
     if !as_json && !tty {
-        out(&format!("{}; {}\n", sampler.heading(), sampler.how()))?;
+        eprintln!("{}; {}", sampler.heading(), sampler.how());
     }
     while started.elapsed() < duration {
         if INTERRUPTED.load(Ordering::Relaxed) {
@@ -69,21 +74,26 @@ pub fn run(
     if as_json {
         json::print(&sampler.json(elapsed))?;
     } else {
-        let closing = format!(
-            "{ended_by} after {}: {}\n",
-            text::duration(elapsed.as_nanos() as u64),
-            sampler.totals(elapsed)
-        );
         if tty {
             screen.draw(&frame(&sampler, pid, hz, elapsed, duration));
-            out(&closing)?;
         } else {
             out(&format!(
-                "{}{}{closing}",
+                "{}{}",
                 sampler.table(),
                 sampler.unreadable_lines()
             ))?;
         }
+        eprintln!(
+            "{ended_by} after {}: {}",
+            text::duration(elapsed.as_nanos() as u64),
+            sampler.totals(elapsed)
+        );
+    }
+    if sampler.key_note().is_some() {
+        eprintln!(
+            "otel-ctx: warning: {by} is still not in the key map: samples without it counted \
+             as (no {by})"
+        );
     }
     Ok(())
 }
