@@ -328,6 +328,8 @@ fn a_process_without_thread_contexts_is_profiled_and_said() {
         said.contains("publishes no thread contexts") && said.contains("otel_thread_ctx_v1"),
         "{said}"
     );
+    // Said once, not once by the reader and again by the summary.
+    assert_eq!(said.matches("no thread contexts").count(), 1, "{said}");
     assert!(said.contains(" 0 with a thread context"), "{said}");
     let folded = read_folded(&out);
     assert!(folded.values().sum::<u64>() > 0, "no sample of the spinner");

@@ -6,7 +6,7 @@
 use std::fmt::{self, Display, Formatter};
 use std::time::Duration;
 
-use otel_ctx_reader::Following;
+use otel_ctx_reader::{Following, ThreadError};
 
 use super::{FleetProfiler, ProcessProfiler};
 use crate::{Profile, Stats};
@@ -51,12 +51,7 @@ impl Display for ProcessSummary<'_> {
         let (session, stats) = (self.session, &self.profile.stats);
         let sampled = session.sampler().stats();
         if let Following::StacksOnly(why) = session.following() {
-            writeln!(
-                f,
-                "process {} publishes no thread contexts ({why}): samples are labeled by \
-                 thread alone",
-                session.pid()
-            )?;
+            writeln!(f, "{}", stacks_only(session.pid(), why))?;
         }
         write!(
             f,
@@ -89,6 +84,24 @@ impl Display for ProcessSummary<'_> {
             writeln!(f, "skipped {}: {}", skipped.path, skipped.reason)?;
         }
         Ok(())
+    }
+}
+
+/// Why a process is profiled by its stacks alone, said once: the reader's words for a
+/// process that exports no slot already say that it publishes no thread contexts.
+fn stacks_only(pid: u32, why: &ThreadError) -> String {
+    match why {
+        ThreadError::NotExported { skipped } if skipped.is_empty() => format!(
+            "process {pid} publishes no thread contexts (no module exports otel_thread_ctx_v1): \
+             samples are labeled by thread alone"
+        ),
+        // The reader's words that name the process already (a schema it does not know).
+        why if why.to_string().starts_with(&format!("process {pid} ")) => {
+            format!("{why}: samples are labeled by thread alone")
+        }
+        why => format!(
+            "process {pid}: no thread contexts read ({why}): samples are labeled by thread alone"
+        ),
     }
 }
 
@@ -242,5 +255,35 @@ impl Display for FleetSummary<'_> {
             writeln!(f, "  ... and {} more", members.len() - LISTED_MEMBERS)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_without_thread_contexts_is_said_once() {
+        let none = ThreadError::NotExported {
+            skipped: Vec::new(),
+        };
+        let line = stacks_only(687, &none);
+        assert_eq!(
+            line,
+            "process 687 publishes no thread contexts (no module exports otel_thread_ctx_v1): \
+             samples are labeled by thread alone"
+        );
+        assert_eq!(line.matches("no thread contexts").count(), 1, "{line}");
+        // Another reason is given as the reader says it, the process named once.
+        let schema = ThreadError::Schema {
+            pid: 687,
+            seen: Some("v9".to_owned()),
+        };
+        let line = stacks_only(687, &schema);
+        assert!(
+            line.starts_with("process 687 announces thread-context schema"),
+            "{line}"
+        );
+        assert_eq!(line.matches("687").count(), 1, "{line}");
     }
 }
