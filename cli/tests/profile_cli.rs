@@ -334,3 +334,52 @@ fn a_process_without_thread_contexts_is_profiled_and_said() {
     let folded = read_folded(&out);
     assert!(folded.values().sum::<u64>() > 0, "no sample of the spinner");
 }
+
+/// A process that sleeps throughout: the profile is written (exit status 0), the summary
+/// says that it never ran on a CPU, and the flame graph's title gives the duration the
+/// summary gives. A busy process is not said to be idle.
+#[test]
+fn an_idle_process_is_said_and_its_flame_graph_agrees() {
+    let sleeper = KillOnDrop(
+        Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("start sleep"),
+    );
+    let dir = scratch("idle");
+    let svg = dir.join("idle.svg");
+    let (said, _) = profile(
+        sleeper.0.id(),
+        &["--duration", "1s", "--ptrace", "-o", svg.to_str().unwrap()],
+    );
+    let pid = sleeper.0.id();
+    assert!(
+        said.contains(&format!("process {pid} never ran on a CPU in the ")),
+        "{said}"
+    );
+    // `0 samples in 1.0s (ptrace)` on stderr, `process N: 1.0 s, 0 samples` in the SVG.
+    let seconds = said
+        .split("0 samples in ")
+        .nth(1)
+        .and_then(|rest| rest.split('s').next())
+        .unwrap_or_else(|| panic!("no duration in {said}"));
+    let title = format!("process {pid}: {seconds} s, 0 samples");
+    let body = std::fs::read_to_string(&svg).expect("the flame graph");
+    assert!(
+        body.contains(&title),
+        "no {title:?} in the SVG; stderr:\n{said}"
+    );
+
+    let spinner = KillOnDrop(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start sh"),
+    );
+    let (said, _) = profile(
+        spinner.0.id(),
+        &["--duration", "1s", "--ptrace", "-o", svg.to_str().unwrap()],
+    );
+    assert!(!said.contains("never ran on a CPU"), "{said}");
+}

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use fixture::{build_routes, go, out_path, pprof, Fixture, ROUTES};
-use otel_ctx_profile::{FleetOptions, FleetProfiler, SessionOptions};
+use otel_ctx_profile::{FleetOptions, FleetProfiler, ProcessProfiler, SessionOptions};
 use otel_ctx_reader::{Method, SamplerOptions};
 
 /// `examples/profile_pid`, built next to the test binaries' directory.
@@ -103,4 +103,57 @@ fn a_fleet_given_its_processes_profiles_each_apart() {
     assert_eq!(fleet.members().len(), 1);
     assert_eq!(fleet.counts().exited, 1);
     b.finish();
+}
+
+/// A process that sleeps throughout: the summary says that it never ran on a CPU, and the
+/// profile's duration (the SVG's title) is the window sampled, the same as the summary's,
+/// whatever making the profile took after it.
+#[test]
+fn an_idle_process_is_said_and_its_durations_agree() {
+    let child = Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("start sleep");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let sleeper = Kill(child);
+    let sampler = SamplerOptions::default().with_method(Some(Method::Ptrace));
+    let options = SessionOptions::default().with_sampler(sampler);
+    let mut session = ProcessProfiler::start(sleeper.0.id(), options).expect("a session");
+    session
+        .run(Duration::from_millis(500), |_| false)
+        .expect("sampled");
+    let window = session.elapsed();
+    assert!(window >= Duration::from_millis(500), "{window:?}");
+    // The window ended with the sampling.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(session.elapsed(), window);
+    let profile = session.profile();
+    assert_eq!(profile.duration, window);
+    assert_eq!(profile.stats.samples, 0);
+    let summary = session.summary(&profile).to_string();
+    let seconds = format!("{:.1}", window.as_secs_f64());
+    assert!(
+        summary.contains(&format!(
+            "process {} never ran on a CPU in the {seconds}s sampled",
+            sleeper.0.id()
+        )),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!("0 samples in {seconds}s")),
+        "{summary}"
+    );
+    assert!(
+        profile
+            .title()
+            .contains(&format!(": {seconds} s, 0 samples")),
+        "{}",
+        profile.title()
+    );
 }

@@ -1,6 +1,6 @@
 //! The profile of one process: a [`Sampler`] of its threads feeding a [`Profiler`].
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use otel_ctx_reader::process::ReaderOptions;
 use otel_ctx_reader::sampler::PreparedProcess;
@@ -65,6 +65,10 @@ pub struct ProcessProfiler {
     following: Following,
     exited: bool,
     started: Instant,
+    /// When it started, on the wall clock (the profile's start).
+    started_wall: SystemTime,
+    /// The end of the last step: the sampling window is `started..sampled_until`.
+    sampled_until: Instant,
 }
 
 impl ProcessProfiler {
@@ -80,13 +84,16 @@ impl ProcessProfiler {
             .and_then(|mut reader| reader.read())
             .ok();
         profiler.set_process_context(snapshot.as_ref());
+        let started = Instant::now();
         Ok(Self {
             pid,
             sampler,
             profiler,
             following,
             exited: false,
-            started: Instant::now(),
+            started,
+            started_wall: SystemTime::now(),
+            sampled_until: started,
         })
     }
 
@@ -117,9 +124,11 @@ impl ProcessProfiler {
         self.exited
     }
 
-    /// How long the session has run.
+    /// How long the session has sampled: from its start to the end of its last step
+    /// (what comes after, such as symbolizing, is not counted). The profile's
+    /// [`duration`](Profile::duration) is this window too.
     pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
+        self.sampled_until.duration_since(self.started)
     }
 
     /// One step, at most `wait` long: the samples taken meanwhile are profiled, and the
@@ -133,6 +142,7 @@ impl ProcessProfiler {
         let step = self
             .sampler
             .step(wait, |sample| to_profile_sample(sample, profiler))?;
+        self.sampled_until = Instant::now();
         for maps in &step.maps {
             self.profiler.update_maps(maps);
         }
@@ -171,9 +181,14 @@ impl ProcessProfiler {
         Ok(())
     }
 
-    /// The profile so far: every distinct frame symbolized, every label spelled out.
+    /// The profile so far: every distinct frame symbolized, every label spelled out; it
+    /// starts when the session did and lasts the window sampled
+    /// ([`elapsed`](Self::elapsed)), whatever the profile took to make.
     pub fn profile(&self) -> Profile {
-        self.profiler.profile()
+        let mut profile = self.profiler.profile();
+        profile.start = self.started_wall;
+        profile.duration = self.elapsed();
+        profile
     }
 }
 

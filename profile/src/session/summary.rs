@@ -78,6 +78,16 @@ impl Display for ProcessSummary<'_> {
             write!(f, " ({})", failures.join(", "))?;
         }
         writeln!(f)?;
+        let nothing = stats.samples + stats.filtered + sampled.unreadable_samples() + sampled.lost;
+        if nothing == 0 && !session.has_exited() {
+            writeln!(
+                f,
+                "process {} never ran on a CPU in the {} sampled (it slept or waited \
+                 throughout): the profile is empty",
+                session.pid(),
+                seconds(session.elapsed()),
+            )?;
+        }
         symbols(f, self.profile)?;
         python(f, self.session, stats)?;
         for skipped in &stats.skipped_modules {
