@@ -1,5 +1,8 @@
 //! `profile_pid PID OUT.pb.gz [--ptrace]`: a CPU profile of a process for a few seconds,
-//! through the libraries alone, written as pprof.
+//! through the libraries alone, written as pprof. It samples with eBPF when built with
+//! the feature (`cargo run --release -p otel-ctx-profile --features ebpf --example
+//! profile_pid -- PID cpu.pb.gz`) and BPF can be used, with ptrace otherwise, and says
+//! why.
 
 use std::time::Duration;
 
@@ -16,6 +19,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sampler = SamplerOptions::default().with_method(ptrace.then_some(Method::Ptrace));
     let options = SessionOptions::default().with_sampler(sampler);
     let mut session = ProcessProfiler::start(pid.parse()?, options)?;
+    if let Some(why) = session.sampler().fallback() {
+        eprintln!("eBPF not used: {why}");
+    }
     session.run(Duration::from_secs(3), |_| false)?;
     let profile = session.profile();
     profile.write_pprof(std::fs::File::create(out)?)?;

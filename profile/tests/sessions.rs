@@ -40,8 +40,23 @@ fn the_forty_line_example_profiles_a_process() {
         assert!(run.status.success(), "{how:?}: {said}");
         assert!(said.contains("written to"), "{said}");
         if how.is_empty() && cfg!(not(feature = "ebpf")) {
-            // Without the eBPF sampler built in, the default is ptrace.
+            // Without the eBPF sampler built in, the default is ptrace, and the example
+            // says why and how to get eBPF.
             assert!(said.contains("(ptrace)"), "{said}");
+            assert!(
+                said.contains("eBPF not used: ") && said.contains("--features ebpf"),
+                "{said}"
+            );
+        }
+        if how.is_empty() && cfg!(feature = "ebpf") {
+            // Built with it: eBPF, or the reason it could not be used.
+            assert!(
+                said.contains("(eBPF)") || said.contains("eBPF not used: "),
+                "{said}"
+            );
+        }
+        if !how.is_empty() {
+            assert!(!said.contains("eBPF not used"), "{said}");
         }
         let Some(_) = go() else {
             eprintln!("go is not installed: the pprof file is not read back");
