@@ -96,8 +96,8 @@ use std::time::{Instant, SystemTime};
 
 use otel_ctx_reader::maps::{FileRange, MappedFile};
 use otel_ctx_reader::process::OwnedKeyValue;
-use otel_ctx_reader::python::{PythonError, PythonFrame, PythonProcess};
 use otel_ctx_reader::{ProcessMaps, Snapshot, UserRegisters};
+use otel_ctx_sampler::python::{PythonError, PythonFrame, PythonProcess};
 
 pub use aggregate::Limits;
 pub use folded::FoldedOptions;

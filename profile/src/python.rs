@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
-use otel_ctx_reader::python::{PythonError, PythonFrame, PythonProcess};
+use otel_ctx_sampler::python::{PythonError, PythonFrame, PythonProcess};
 
 use crate::aggregate::StackFrame;
 use crate::unwind::Frame;

@@ -1,4 +1,4 @@
-//! Profiling sessions: the reader's [`Sampler`](otel_ctx_reader::Sampler) feeding
+//! Profiling sessions: the reader's [`Sampler`](otel_ctx_sampler::Sampler) feeding
 //! profilers, for one process ([`ProcessProfiler`]) or for every process on the host that
 //! publishes a process context ([`FleetProfiler`]: following, adopting and dropping them
 //! as they come and go, a profile per process per interval).
@@ -18,8 +18,8 @@ use crate::{Profiler, Sample};
 /// whether the sample suggests the process's mappings changed. A sample without
 /// registers (the thread could not be stopped, or no stack was copied) has nothing to
 /// unwind.
-fn to_profile_sample(sample: &mut otel_ctx_reader::Sample<'_>, profiler: &mut Profiler) -> bool {
-    let otel_ctx_reader::Sample {
+fn to_profile_sample(sample: &mut otel_ctx_sampler::Sample<'_>, profiler: &mut Profiler) -> bool {
+    let otel_ctx_sampler::Sample {
         tid,
         thread_name,
         registers,

@@ -3,8 +3,9 @@
 use std::time::{Duration, Instant};
 
 use otel_ctx_reader::process::ReaderOptions;
-use otel_ctx_reader::sampler::PreparedProcess;
-use otel_ctx_reader::{Following, ProcessContextReader, Sampler, SamplerError, SamplerOptions};
+use otel_ctx_reader::ProcessContextReader;
+use otel_ctx_sampler::PreparedProcess;
+use otel_ctx_sampler::{Following, Sampler, SamplerError, SamplerOptions};
 
 use crate::{Profile, ProfileOptions, Profiler};
 

@@ -6,7 +6,7 @@
 use std::fmt::{self, Display, Formatter};
 use std::time::Duration;
 
-use otel_ctx_reader::Following;
+use otel_ctx_sampler::Following;
 
 use super::{FleetProfiler, ProcessProfiler};
 use crate::{Profile, Stats};

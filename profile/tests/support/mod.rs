@@ -10,11 +10,11 @@ mod fixture;
 pub use fixture::*;
 
 use otel_ctx_profile::{Attributes, Profile, ProfileOptions, Profiler, Sample, SampleContext};
-use otel_ctx_reader::thread::StackReader;
 use otel_ctx_reader::{
-    ProcessContextReader, ProcessMaps, RecordBuffer, Snapshot, StackBuffer, ThreadReader,
-    UserRegisters,
+    ProcessContextReader, ProcessMaps, RecordBuffer, Snapshot, ThreadReader, UserRegisters,
 };
+use otel_ctx_sampler::stack::StackReader;
+use otel_ctx_sampler::StackBuffer;
 
 /// A thread context as sampled, owned.
 #[derive(Clone, Debug)]
@@ -64,9 +64,12 @@ pub fn capture(pid: u32, rounds: usize) -> Capture {
     let mut samples = Vec::new();
     for _ in 0..rounds {
         for (tid, name) in tids.iter().zip(&names) {
-            let Ok((registers, context)) =
-                reader.sample_with_stack_into(*tid, &mut record, &mut stack)
-            else {
+            let Ok((registers, context)) = otel_ctx_sampler::stack::sample_with_stack_into(
+                &mut reader,
+                *tid,
+                &mut record,
+                &mut stack,
+            ) else {
                 continue;
             };
             let context = context.map(|c| OwnedContext {

@@ -19,7 +19,7 @@
 //!         false // the sample gave no sign that the process's mappings changed
 //!     })?;
 //! }
-//! # Ok::<(), otel_ctx_reader::SamplerError>(())
+//! # Ok::<(), otel_ctx_sampler::SamplerError>(())
 //! ```
 //!
 //! The refresh policy, the same for both ways: the key map is looked at again every
@@ -33,24 +33,40 @@
 //! times, and read for its contexts once it exports the symbol. Every second the
 //! followed processes are checked for having exited (or been replaced by another with
 //! their id): [`Step::exited`] names them.
+//!
+//! Beside the sampler, in named modules: [`stack`] (the stack copy of a ptrace sample,
+//! with the thread context or without: [`stack::StackReader`],
+//! [`stack::sample_with_python_into`]), [`python`] (CPython 3.11, 3.13 and 3.14's own
+//! frames: the interpreter found by `_PyRuntime`, each thread's frame chain, the code
+//! objects' names in a bounded cache), and with `ebpf` the BPF program's own sampler and
+//! the publication hook (`ebpf`). Everything it reads of a target goes through
+//! `otel-ctx-reader` (maps, memory, files, the ptrace stop, TLS resolution), below it.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
+#[cfg(feature = "ebpf")]
+pub mod ebpf;
 mod process;
 mod ptrace;
+pub mod python;
+pub mod stack;
 mod tally;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
-use crate::maps::ProcessMaps;
 use crate::python::{PythonError, PythonFrame, PythonProcess, PythonStack};
-use crate::thread::reader::{
+use crate::stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
+use otel_ctx_reader::maps::ProcessMaps;
+use otel_ctx_reader::thread::tls::SampleError;
+use otel_ctx_reader::thread::{
     ThreadContextRef, ThreadError, ThreadReader, ThreadReaderOptions, ThreadReport,
 };
-use crate::thread::stack::{UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
-use crate::thread::tls::SampleError;
+use otel_ctx_reader::Error;
+use otel_ctx_reader::UserRegisters;
 
 pub use process::{Following, PreparedProcess};
+pub use stack::StackBuffer;
 pub use tally::{AttributeTally, NO_CONTEXT, UNREADABLE};
 
 use process::Process;
@@ -662,9 +678,11 @@ impl Sampler {
             }
             for ((pid, tid), (name, context)) in last {
                 // Gone since its sample: left out, as a ptrace read leaves it out.
-                if crate::procfs::task_stat(pid, tid).is_some() && self.readers.contains_key(&pid) {
+                if otel_ctx_reader::procfs::task_stat(pid, tid).is_some()
+                    && self.readers.contains_key(&pid)
+                {
                     let context = Ok(context);
-                    reports.push((pid, ThreadReport { tid, name, context }));
+                    reports.push((pid, ThreadReport::new(tid, name, context)));
                 }
             }
         } else {
@@ -758,7 +776,7 @@ mod tests {
     use std::error::Error as _;
 
     use super::*;
-    use crate::thread::tls::PtraceError;
+    use otel_ctx_reader::thread::tls::PtraceError;
 
     #[test]
     fn every_error_says_its_source() {

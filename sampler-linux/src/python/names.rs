@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::offsets::Offsets;
 use super::PythonError;
-use crate::thread::tls::TargetMemory;
+use otel_ctx_reader::thread::tls::TargetMemory;
 
 /// The longest name or file kept, in characters; a longer one is cut.
 pub const MAX_NAME_CHARS: usize = 512;

@@ -2,7 +2,7 @@
 
 use super::names::stamp;
 use super::{PythonError, PythonProcess};
-use crate::thread::tls::TargetMemory;
+use otel_ctx_reader::thread::tls::TargetMemory;
 
 /// The most Python frames one sample walks (user space); a longer chain, or one that
 /// loops, is [`PythonError::Loop`].

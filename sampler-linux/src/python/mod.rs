@@ -29,10 +29,12 @@ use std::sync::Arc;
 use object::read::elf::ElfFile64;
 use object::{Endianness, Object, ObjectSymbol};
 
-use crate::files::{open_mapped, BudgetedFile, FileBudget};
-use crate::maps::ProcessMaps;
-use crate::memory::{ProcessMemory, ReadMethod};
-use crate::thread::tls::{loaded_modules, resolve, ElfCache, Libc, Resolution, TargetMemory};
+use otel_ctx_reader::files::{open_mapped, BudgetedFile, FileBudget};
+use otel_ctx_reader::maps::ProcessMaps;
+use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
+use otel_ctx_reader::thread::tls::{
+    loaded_modules, resolve, ElfCache, Libc, Resolution, TargetMemory,
+};
 
 pub use names::{
     CodeCache, CodeInfo, MAX_CACHED_CODES, MAX_CACHE_BYTES, MAX_LINE_TABLE, MAX_NAME_CHARS,
@@ -152,7 +154,7 @@ struct Symbols {
 
 /// A process's CPython interpreter, found once ([`find`](Self::find)) and kept for the
 /// process's life: the one per followed process a sampler owns. On evidence that it
-/// changed (its modules changed, as [`ThreadReader::refresh_modules`](crate::ThreadReader::refresh_modules)
+/// changed (its modules changed, as [`ThreadReader::refresh_modules`](otel_ctx_reader::ThreadReader::refresh_modules)
 /// says, or its walks keep failing with [`PythonError::Memory`]), find it again and
 /// replace it (the eBPF sampler's entry with it, `EbpfSampler::set_process_python`
 /// in a build with `ebpf`); the thread states it remembers are checked at every use.
@@ -353,7 +355,10 @@ impl PythonProcess {
 
 /// The `.dynsym` entries of [`SYMBOLS`] in `file` (value, size), read under the default
 /// budget; `None` when the file cannot be read.
-fn dynamic_symbols(pid: u32, file: &crate::maps::MappedFile) -> Option<[Option<(u64, u64)>; 4]> {
+fn dynamic_symbols(
+    pid: u32,
+    file: &otel_ctx_reader::maps::MappedFile,
+) -> Option<[Option<(u64, u64)>; 4]> {
     let opened = open_mapped(pid, file).ok()?;
     let budgeted = BudgetedFile::new(opened.file, opened.size, FileBudget::default());
     let elf = ElfFile64::<Endianness, _>::parse(budgeted.read()).ok()?;
