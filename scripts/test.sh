@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What a test expects is set by the test itself: none of these, inherited, may change it
+# (a service's name, an exporter's destination, a debuginfod server, a proxy in front of
+# loopback, the dynamic linker's TLS, the Python service's workers, man's search path).
+unset OTEL_SERVICE_NAME OTEL_RESOURCE_ATTRIBUTES DEBUGINFOD_URLS GLIBC_TUNABLES \
+  SERVICE_WORKERS MANPATH http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
+while read -r name; do unset "$name"; done < <(compgen -e | grep -E '^OTEL_EXPORTER_OTLP_' || true)
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 step() { printf '\n=== %s\n' "$*"; }
