@@ -84,7 +84,7 @@ impl Rounds {
         on_sample: &mut F,
     ) -> Result<(), SamplerError>
     where
-        F: FnMut(&mut Sample<'_>) -> bool,
+        F: FnMut(&Sample<'_>) -> bool,
     {
         stats.rounds += 1;
         for &pid in order {
@@ -155,13 +155,14 @@ impl Rounds {
                     _ => &[],
                 };
                 let python = match (walked.as_ref(), python.as_mut()) {
-                    (Some(walked), Some(interpreter)) => Some(PythonSample {
-                        interpreter,
-                        frames: walked.as_ref().map(|()| python_frames.frames()),
-                    }),
+                    (Some(walked), Some(interpreter)) => {
+                        let frames = walked.as_ref().map(|()| python_frames.frames());
+                        let names = interpreter.name_frames(frames.unwrap_or_default());
+                        Some(PythonSample { frames, names })
+                    }
                     _ => None,
                 };
-                let mut sample = Sample {
+                let sample = Sample {
                     pid,
                     tid,
                     thread_name: names.get(pid, tid),
@@ -173,8 +174,9 @@ impl Rounds {
                         Err(e) => Err(e),
                     },
                     python,
+                    weight_ns: 0,
                 };
-                let changed = deliver(stats, &mut sample, on_sample);
+                let changed = deliver(stats, &sample, on_sample);
                 drop(sample);
                 *suspect |= changed;
             }

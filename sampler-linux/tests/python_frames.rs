@@ -57,11 +57,12 @@ fn walks(runtime: Runtime, publisher: Publisher) {
                     .map(|r| String::from_utf8_lossy(r).into_owned())
             });
             let trace = context.as_ref().map(|c| hex(&c.trace_id()));
+            let table = python.name_frames(frames.frames());
             let names: Vec<String> = frames
                 .frames()
                 .iter()
                 .rev()
-                .filter_map(|f| match python.frame_info(f) {
+                .filter_map(|f| match table.frame_info(f) {
                     Ok(info) => Some(Ok(info.code.qualname.to_string())),
                     Err(otel_ctx_sampler::python::PythonError::Incomplete) => None,
                     Err(e) => Some(Err(e)),
@@ -138,11 +139,12 @@ fn python_313_debug_build_through_its_thread_local() {
                 .sample_with_python_into(tid, &mut stack, &python, &mut frames)
                 .expect("a sample");
             walked.unwrap_or_else(|e| panic!("{}: the walk: {e}", target.label));
+            let table = python.name_frames(frames.frames());
             let names: Vec<String> = frames
                 .frames()
                 .iter()
                 .rev()
-                .filter_map(|f| python.frame_info(f).ok())
+                .filter_map(|f| table.frame_info(f).ok())
                 .map(|info| info.code.qualname.to_string())
                 .collect();
             let names: Vec<&str> = names.iter().map(String::as_str).collect();

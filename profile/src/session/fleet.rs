@@ -16,7 +16,6 @@ use otel_ctx_sampler::{Following, Sampler, SamplerError, SamplerOptions};
 
 use super::process::SessionOptions;
 use super::scout::{Found, Report, Scout};
-use super::to_profile_sample;
 use crate::{ModuleCache, Profile, ProfileOptions, Profiler};
 
 /// How soon after a publication event its process is read (a burst of updates is read
@@ -291,7 +290,7 @@ impl FleetProfiler {
         let step = self.sampler.step(wait, |sample| {
             processes
                 .get_mut(&sample.pid)
-                .is_some_and(|followed| to_profile_sample(sample, &mut followed.profiler))
+                .is_some_and(|followed| followed.profiler.add(sample).outside_modules)
         })?;
         for maps in &step.maps {
             self.update_maps(maps);

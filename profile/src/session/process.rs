@@ -9,8 +9,6 @@ use otel_ctx_sampler::{Following, Sampler, SamplerError, SamplerOptions};
 
 use crate::{Profile, ProfileOptions, Profiler};
 
-use super::to_profile_sample;
-
 /// How a session samples and profiles. Start from `SessionOptions::default()`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -133,7 +131,7 @@ impl ProcessProfiler {
         let profiler = &mut self.profiler;
         let step = self
             .sampler
-            .step(wait, |sample| to_profile_sample(sample, profiler))?;
+            .step(wait, |sample| profiler.add(sample).outside_modules)?;
         for maps in &step.maps {
             self.profiler.update_maps(maps);
         }

@@ -660,6 +660,23 @@ pub struct ThreadContextRef<'a> {
 }
 
 impl<'a> ThreadContextRef<'a> {
+    /// A record copied out some other way (kept from an earlier read, or made by a
+    /// test), its attributes named through `key_map` as a reader names them.
+    pub fn new(
+        header: RecordHeader,
+        record_address: u64,
+        attrs_data: &'a [u8],
+        key_map: &'a [String],
+    ) -> Self {
+        Self {
+            header,
+            record_address,
+            attrs_data,
+            resolved: ResolvedAttrs::resolve(attrs_data, key_map.len().min(MAX_KEY_MAP_LEN)),
+            key_map,
+        }
+    }
+
     /// The W3C trace id.
     pub const fn trace_id(&self) -> [u8; 16] {
         self.header.trace_id

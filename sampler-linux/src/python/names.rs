@@ -260,6 +260,11 @@ impl CodeCache {
         self.bytes
     }
 
+    /// The code object at `code` with stamp `stamp`, if it is cached.
+    pub(crate) fn lookup(&self, code: u64, stamp: u64) -> Option<&Arc<CodeInfo>> {
+        self.entries.get(&(code, stamp))
+    }
+
     /// The code object at `code` whose stamp was `stamp` when it was sampled: from the
     /// cache, or read now. Reading checks that its type is `code_type` (`PyCode_Type`)
     /// and that its stamp is still the sampled one.

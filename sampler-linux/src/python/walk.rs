@@ -26,7 +26,8 @@ pub(crate) const FLAG_SHIM: u8 = 4;
 /// `FRAME_OWNED_BY_GENERATOR` (`Include/internal/pycore_frame.h`, 3.11 to 3.14).
 const OWNED_BY_GENERATOR: u8 = 1;
 
-/// One Python frame as sampled: what names it later ([`PythonProcess::frame_info`]).
+/// One Python frame as sampled: what names it later
+/// ([`PythonNames::frame_info`](super::PythonNames::frame_info)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PythonFrame {
     /// The `_PyInterpreterFrame`'s address.
