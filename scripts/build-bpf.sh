@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds the BPF objects checked in beside their source, with clang 19 and libbpf-dev's
-# helper headers, so that the reader builds without a C compiler: the eBPF sampler
-# (reader-linux/bpf/sampler.<arch>.bpf.o, one per architecture: it reads the kernel's task
-# structure) and the publication hook (reader-linux/bpf/publications.bpf.o, one for both:
+# helper headers, so that the sampler builds without a C compiler: the eBPF sampler
+# (sampler-linux/bpf/sampler.<arch>.bpf.o, one per architecture: it reads the kernel's task
+# structure) and the publication hook (sampler-linux/bpf/publications.bpf.o, one for both:
 # it reads only a tracepoint's record, the same on every little-endian architecture).
 #   bash scripts/build-bpf.sh          rebuild them
 #   bash scripts/build-bpf.sh --check  fail when a fresh build differs from them
 set -euo pipefail
-cd "$(dirname "$0")/../reader-linux"
+cd "$(dirname "$0")/../sampler-linux"
 clang="${OTEL_CTX_BPF_CLANG:-clang-19}"
 out=bpf
 if [ "${1:-}" = "--check" ]; then
@@ -24,7 +24,7 @@ done
 if [ "${1:-}" = "--check" ]; then
   for object in sampler.x86_64 sampler.aarch64 publications; do
     if ! cmp -s "$out/$object.bpf.o" "bpf/$object.bpf.o"; then
-      echo "reader-linux/bpf/$object.bpf.o is not what its source builds to:" \
+      echo "sampler-linux/bpf/$object.bpf.o is not what its source builds to:" \
         "run bash scripts/build-bpf.sh and commit the objects" >&2
       exit 1
     fi

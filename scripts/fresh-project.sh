@@ -69,11 +69,11 @@ PY
 # 2. "Rust, with `tracing`": a clone beside the project, as the README's paths assume.
 ln -s "$root" "$work/otel-ctx"
 project checkout otel-ctx-tracing "otel_ctx_tracing::ThreadContextLayer"
-# Started as a job (set -m), for a shell script's background commands ignore Ctrl-C.
-set -m
-OTEL_SERVICE_NAME=fresh-project "$work/target/debug/checkout" </dev/null >/dev/null &
+# A shell script's background commands ignore Ctrl-C, and so does everything started
+# from a shell that ignores it (a background job): the service gets SIGINT's default
+# disposition back, as it has when a user starts it from a terminal.
+OTEL_SERVICE_NAME=fresh-project env --default-signal=INT "$work/target/debug/checkout" </dev/null >/dev/null &
 service=$!
-set +m
 pid=
 for _ in $(seq 100); do
   pid=$(otel-ctx ps --json 2>/dev/null | python3 -c '
@@ -89,6 +89,14 @@ grep -q "(eBPF)" "$work/summary" || { cat "$work/summary" >&2; exit 1; }
 grep -q "/checkout" "$work/svc.svg"
 # It serves until stopped: Ctrl-C.
 kill -INT "$service"
+for _ in $(seq 100); do
+  kill -0 "$service" 2>/dev/null || break
+  sleep 0.1
+done
+if kill -0 "$service" 2>/dev/null; then
+  echo "the service did not stop within 10 s of SIGINT" >&2
+  exit 1
+fi
 status=0
 wait "$service" || status=$?
 [ "$status" -eq 130 ] || { echo "the service ended with $status, not by SIGINT" >&2; exit 1; }

@@ -26,8 +26,9 @@ for target in trixie:python3.13,python3.13-dbg:python3.13d sid:python3.14:python
   IFS=: read -r suite packages python <<<"$target"
   if [ ! -x "$dir/$suite/usr/bin/$python" ]; then
     rm -rf "${dir:?}/$suite"
+    # debootstrap's default mirror.
     debootstrap --variant=minbase --include="$packages" "$suite" "$dir/$suite" \
-      http://deb.debian.org/debian >"$dir/$suite.log" 2>&1 ||
+      >"$dir/$suite.log" 2>&1 ||
       { tail -20 "$dir/$suite.log" >&2; exit 1; }
   fi
 done

@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What a test expects is set by the test itself: none of these, inherited, may change it
+# (a service's name, an exporter's destination, a debuginfod server, a proxy in front of
+# loopback, the dynamic linker's TLS, the Python service's workers, man's search path).
+unset OTEL_SERVICE_NAME OTEL_RESOURCE_ATTRIBUTES DEBUGINFOD_URLS GLIBC_TUNABLES \
+  SERVICE_WORKERS MANPATH http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
+while read -r name; do unset "$name"; done < <(compgen -e | grep -E '^OTEL_EXPORTER_OTLP_' || true)
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 step() { printf '\n=== %s\n' "$*"; }
@@ -57,8 +64,39 @@ for banned in framehop addr2line gimli inferno prost flate2 otel-ctx-profile; do
     exit 1
   fi
 done
-if ! cargo tree -q -p otel-ctx-profile -e normal --prefix none | grep -q "^otel-ctx-reader v"; then
-  echo "otel-ctx-profile is not on top of the reader" >&2
+# The reader reads contexts: sampling at a rate, the BPF programs and the CPython walker
+# are the sampler's (otel-ctx-sampler), which sits on it.
+for banned in aya otel-ctx-sampler fastrand; do
+  if grep -q "^$banned v" <<<"$reader_tree"; then
+    echo "otel-ctx-reader depends on $banned (the sampler's)" >&2
+    exit 1
+  fi
+done
+if [ -e reader-linux/bpf ] || git ls-files 'reader-linux/src/*' | grep -qE '/(ebpf|python|sampler)(/|\.rs)'; then
+  echo "reader-linux holds an eBPF, Python or sampler module (the sampler's)" >&2
+  exit 1
+fi
+sampler_tree=$(cargo tree -q -p otel-ctx-sampler -e normal --features ebpf --prefix none)
+for banned in clap serde otel-ctx-writer framehop addr2line gimli inferno prost flate2 otel-ctx-profile otel-ctx-conformance; do
+  if grep -q "^$banned v" <<<"$sampler_tree"; then
+    echo "otel-ctx-sampler depends on $banned" >&2
+    exit 1
+  fi
+done
+if ! grep -q "^otel-ctx-reader v" <<<"$sampler_tree"; then
+  echo "otel-ctx-sampler is not on top of the reader" >&2
+  exit 1
+fi
+if ! cargo tree -q -p otel-ctx-profile -e normal --prefix none | grep -q "^otel-ctx-sampler v"; then
+  echo "otel-ctx-profile is not on top of the sampler" >&2
+  exit 1
+fi
+# The reader is the thin one: at most 6,000 lines before its tests.
+reader_lines=$(git ls-files 'reader-linux/src/*.rs' | while read -r f; do
+  awk '/^#\[cfg\(test\)\]/ { n = NR - 1; exit } { n = NR } END { print n }' "$f"
+done | awk '{ s += $1 } END { print s + 0 }')
+if [ "$reader_lines" -gt 6000 ]; then
+  echo "reader-linux/src has $reader_lines lines before its tests (at most 6000)" >&2
   exit 1
 fi
 # Its exporter (feature `http`) is the only way to an HTTP client or TLS: an embedder that
@@ -158,7 +196,7 @@ if [ "$root_names" -gt 30 ]; then
 fi
 # On the reading side, /proc/<pid>/stat, comm and status are parsed in one file.
 procfs_readers=$(git grep -lE '/(stat|comm|status)"|task/\{[a-z]+\}/(stat|comm)' -- \
-  'reader-linux/src/*.rs' 'profile/src/*.rs' 'conformance/src/*.rs' 'cli/src/*.rs' |
+  'reader-linux/src/*.rs' 'sampler-linux/src/*.rs' 'profile/src/*.rs' 'conformance/src/*.rs' 'cli/src/*.rs' |
   grep -v '^reader-linux/src/procfs.rs$' || true)
 if [ -n "$procfs_readers" ]; then
   echo "/proc's stat, comm or status parsed outside reader-linux/src/procfs.rs:" >&2
@@ -199,11 +237,11 @@ bash scripts/fresh-project.sh
 
 step "eBPF sampler (feature ebpf: root, BTF, tracefs; clang 19 to check the checked-in objects)"
 bash scripts/build-bpf.sh --check
-cargo clippy -p otel-ctx-reader -p otel-ctx --all-targets --features otel-ctx/ebpf,otel-ctx/demo -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc -p otel-ctx-reader --features ebpf --no-deps -q
-cargo build -q -p otel-ctx-reader --features ebpf --examples
-cargo build -q -p otel-ctx-reader --features ebpf --target aarch64-unknown-linux-gnu
-run_tests cargo test -p otel-ctx-reader --features ebpf --lib --test ebpf_matrix --test sampler --test python_frames
+cargo clippy -p otel-ctx-sampler -p otel-ctx --all-targets --features otel-ctx/ebpf,otel-ctx/demo -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc -p otel-ctx-sampler --features ebpf --no-deps -q
+cargo build -q -p otel-ctx-sampler --features ebpf --examples
+cargo build -q -p otel-ctx-sampler --features ebpf --target aarch64-unknown-linux-gnu
+run_tests cargo test -p otel-ctx-sampler --features ebpf --lib --test ebpf_matrix --test sampler --test python_frames
 # With them: where profiles are written, the README's recipe, and the static binary of
 # scripts/build-static.sh (musl, with the eBPF sampler), built by that script (an
 # unoptimized release build: see the test).

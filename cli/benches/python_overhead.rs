@@ -1,5 +1,5 @@
 //! What profiling a Python service costs, side by side in one run, on the tests' Python
-//! target (`reader-linux/tests/python/service.py` under Debian's python3.11, publishing
+//! target (`sampler-linux/tests/python/service.py` under Debian's python3.11, publishing
 //! through the C ABI: three CPU-bound workers), at 99 Hz:
 //!
 //! - the slowdown of a one-worker target (its rounds of `py_mid_hot` per second) under `otel-ctx
@@ -23,9 +23,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use otel_ctx_reader::ebpf::{EbpfOptions, EbpfSampler};
-use otel_ctx_reader::python::PythonProcess;
 use otel_ctx_reader::{ProcessMaps, ThreadReader};
+use otel_ctx_sampler::ebpf::{EbpfOptions, EbpfSampler};
+use otel_ctx_sampler::python::PythonProcess;
 
 mod support;
 
@@ -60,7 +60,7 @@ fn start_target(workers: &str) -> Target {
     let mut command = Command::new("/usr/bin/python3.11");
     command
         .env("SERVICE_WORKERS", workers)
-        .arg(workspace().join("reader-linux/tests/python/service.py"))
+        .arg(workspace().join("sampler-linux/tests/python/service.py"))
         .arg("ffi")
         .arg(target_dir.join("release/libotel_ctx_ffi.so"));
     Target::spawn(command)
@@ -217,7 +217,7 @@ fn bpf_run_time(pid: u32, python: bool, secs: u64) -> (u64, f64, f64) {
     let mut reader = ThreadReader::open(pid).expect("the target's thread contexts");
     let options = EbpfOptions::default()
         .with_frequency_hz(99)
-        .with_stack_size(otel_ctx_reader::thread::DEFAULT_STACK_SIZE);
+        .with_stack_size(otel_ctx_sampler::stack::DEFAULT_STACK_SIZE);
     let mut sampler = EbpfSampler::new(options).expect("the eBPF sampler");
     sampler.add_process(&reader).expect("follow the target");
     if python {

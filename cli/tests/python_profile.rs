@@ -1,5 +1,5 @@
 //! `otel-ctx profile` of Python services: the same small CPython program
-//! (`reader-linux/tests/python/service.py`: three workers, each in a request of its own,
+//! (`sampler-linux/tests/python/service.py`: three workers, each in a request of its own,
 //! running work -> serve -> py_mid_hot -> py_leaf_hot) under Debian's python3.11
 //! publishing through the C ABI and through ddtrace, in its libpython3.11.so embedded in
 //! a C program, and under trixie's 3.13 and sid's
@@ -18,7 +18,7 @@ mod support;
 #[path = "../../profile/tests/support/fixture.rs"]
 mod fixture;
 
-#[path = "../../reader-linux/tests/python_support/mod.rs"]
+#[path = "../../sampler-linux/tests/python_support/mod.rs"]
 mod python_support;
 
 use python_support::{shows_chain, start, targets_dir, Publisher, PythonTarget, Runtime};

@@ -43,7 +43,11 @@ struct Service(Child);
 impl Service {
     fn start(bin: &str, service_name: &str) -> Self {
         let exe = support::binary("otel-ctx-examples", bin);
-        let child = Command::new(&exe)
+        // SIGINT's and SIGTERM's default action, as from a terminal: a test run started
+        // from a shell that ignores them (a background job) passes that on.
+        let child = Command::new("env")
+            .arg("--default-signal=INT,TERM")
+            .arg(&exe)
             .env("OTEL_SERVICE_NAME", service_name)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

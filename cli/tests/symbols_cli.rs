@@ -239,12 +239,16 @@ fn named_share_at_least_perfs_in_the_same_run() {
     let url = scene.debuginfod.url.clone();
     let dir = scratch("perf");
     let data = dir.join("perf.data");
-    // perf samples user stacks (as otel-ctx does) with a DWARF copy of each, at the same
-    // rate, over the same seconds as otel-ctx.
+    // perf samples user stacks (as otel-ctx does) with a DWARF copy of each, on the same
+    // event (the CPU clock: perf's default, the cycles counter, is there on some machines
+    // and not on others, and lands elsewhere), at the same rate, over the same seconds as
+    // otel-ctx.
     let perf = Command::new("perf")
         .args([
             "record",
             "-q",
+            "-e",
+            "cpu-clock",
             "--all-user",
             "--call-graph",
             "dwarf",

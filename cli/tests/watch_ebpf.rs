@@ -23,6 +23,8 @@ use support::{otel_ctx, text};
 
 #[cfg(feature = "ebpf")]
 const TLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../reader-linux/tests");
+#[cfg(feature = "ebpf")]
+const EBPF_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../sampler-linux/tests");
 
 #[cfg(feature = "ebpf")]
 struct Busy(Child);
@@ -44,7 +46,7 @@ fn busy() -> Busy {
     let status = Command::new("gcc")
         .args(["-O1", "-pthread", "-rdynamic", "-o"])
         .arg(&exe)
-        .arg(format!("{TLS}/ebpf_fixtures/busy_main.c"))
+        .arg(format!("{EBPF_FIXTURES}/ebpf_fixtures/busy_main.c"))
         .arg(format!("{TLS}/fixtures/tls/writer.c"))
         .status()
         .expect("run gcc");

@@ -8,7 +8,8 @@
 mod support;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use otel_ctx_profile::{Attributes, ProfileOptions, Profiler, Sample, SampleContext};
+use otel_ctx_profile::{ProfileOptions, Profiler};
+use otel_ctx_sampler::Sample;
 
 fn benches(c: &mut Criterion) {
     let program = support::build_routes("routes-bench", &["-fomit-frame-pointer"]);
@@ -60,29 +61,18 @@ fn benches(c: &mut Criterion) {
             }
         })
     });
-    // The attribute lists the samples borrow, made once.
-    let attributes: Vec<Vec<(&str, &[u8])>> = samples
+    // The samples as the sampler hands them over, made once.
+    let sampled: Vec<Sample<'_>> = samples
         .iter()
         .map(|s| {
-            s.context
-                .iter()
-                .flat_map(|c| c.attributes.iter())
-                .map(|(k, v)| (k.as_str(), v.as_slice()))
-                .collect()
+            Sample::new(0, s.tid, &s.thread_name, Some(s.registers), &s.stack)
+                .with_context(s.context.as_ref().map(support::OwnedContext::as_ref))
         })
         .collect();
     group.bench_function("add", |b| {
         b.iter(|| {
-            for (s, attrs) in samples.iter().zip(&attributes) {
-                let context = s.context.as_ref().map(|c| SampleContext {
-                    trace_id: c.trace_id,
-                    span_id: c.span_id,
-                    trace_flags: c.trace_flags,
-                    attributes: Attributes::List(attrs),
-                });
-                let sample =
-                    Sample::new(s.tid, &s.thread_name, s.registers, &s.stack).with_context(context);
-                std::hint::black_box(profiler.add(&sample));
+            for sample in &sampled {
+                std::hint::black_box(profiler.add(sample));
             }
         })
     });

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use otel_ctx_profile::{ProcessProfiler, SessionOptions};
-use otel_ctx_reader::{Method, SamplerOptions};
+use otel_ctx_sampler::{Method, SamplerOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -3,16 +3,17 @@
 //! pprof, folded text, an SVG flame graph or OTLP profiles.
 //!
 //! ```no_run
-//! # use otel_ctx_reader::{ProcessMaps, RecordBuffer, StackBuffer, ThreadReader};
-//! # use otel_ctx_profile::{FoldedOptions, ProfileOptions, Profiler, Sample};
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> { let (pid, tid) = (1234, 1235);
-//! let mut reader = ThreadReader::open(pid)?;
+//! # use std::time::Duration;
+//! # use otel_ctx_reader::ProcessMaps;
+//! # use otel_ctx_sampler::{Sampler, SamplerOptions};
+//! # use otel_ctx_profile::{FoldedOptions, ProfileOptions, Profiler};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> { let pid = 1234;
+//! let mut sampler = Sampler::new(SamplerOptions::default())?;
+//! sampler.add_process(pid)?;
 //! let mut profiler = Profiler::new(pid, ProfileOptions::default());
 //! profiler.update_maps(&ProcessMaps::read(pid)?);
-//! let (mut record, mut stack) = (RecordBuffer::new(), StackBuffer::default());
-//! let (registers, context) = reader.sample_with_stack_into(tid, &mut record, &mut stack)?;
-//! let sample = Sample::new(tid, "worker", registers, stack.bytes());
-//! profiler.add(&sample.with_context(context.as_ref().map(Into::into)));
+//! // The sampler's samples, as they are: the one shape of a sample.
+//! sampler.step(Duration::from_secs(1), |sample| profiler.add(sample).outside_modules)?;
 //! let profile = profiler.profile();
 //! profile.write_pprof(std::fs::File::create("cpu.pb.gz")?)?;
 //! profile.write_svg(&FoldedOptions::default(), std::fs::File::create("cpu.svg")?)?;
@@ -31,10 +32,12 @@
 //!   no CFI covers an address, x86_64 and aarch64 ([`Arch`]). The stack is the sample's
 //!   copy; the walk ends at a read outside it, at a frame that does not move the stack
 //!   pointer up, and at [`ProfileOptions::max_depth`] ([`UnwindEnd`] says which).
-//! - **Python frames** ([`Profiler::add_with_python`]): a CPython process's interpreter
-//!   frames, walked by the sampler, replace the native calls of its evaluation loop that
-//!   run them ([`ProfileOptions::native`] `false`: they alone remain); each code object is
-//!   named in user space when first seen ([`FrameKind::Python`], [`Stats::python`]).
+//! - **Python frames** ([`Profiler::add`] of a sample with
+//!   [`python`](otel_ctx_sampler::Sample::python)): a CPython process's interpreter
+//!   frames, walked and named by the sampler, replace the native calls of its evaluation
+//!   loop that run them ([`ProfileOptions::native`] `false`: they alone remain); each
+//!   code object's names are taken from the sample's names table when first seen
+//!   ([`FrameKind::Python`], [`Stats::python`]).
 //! - **Aggregation**: one entry per distinct (stack, label set), counts and
 //!   nanoseconds, within [`Limits`].
 //! - **Symbols** ([`Profiler::profile`]): ELF symbol tables and DWARF (inlined frames,
@@ -97,8 +100,8 @@ use std::time::{Instant, SystemTime};
 
 use otel_ctx_reader::maps::{FileRange, MappedFile};
 use otel_ctx_reader::process::OwnedKeyValue;
-use otel_ctx_reader::python::{PythonError, PythonFrame, PythonProcess};
 use otel_ctx_reader::{ProcessMaps, Snapshot, UserRegisters};
+use otel_ctx_sampler::{PythonSample, Sample};
 
 pub use aggregate::Limits;
 pub use folded::FoldedOptions;
@@ -107,10 +110,7 @@ pub use module::{CacheLimits, CacheStats, ModuleCache, ModuleKey};
 pub use output::{OutputError, Outputs};
 pub use profile::{Entry, FrameKind, LabelSet, Location, Mapping, Profile, SkippedModule, Stats};
 pub use python::{PythonStats, MAX_PYTHON_LOCATIONS};
-pub use sample::{
-    Attributes, Filter, ProfileOptions, Sample, SampleContext, SampleOutcome, DEFAULT_MAX_DEPTH,
-    DEFAULT_PERIOD_NS,
-};
+pub use sample::{Filter, ProfileOptions, SampleOutcome, DEFAULT_MAX_DEPTH, DEFAULT_PERIOD_NS};
 pub use session::{
     FleetCounts, FleetOptions, FleetProfiler, FleetSummary, Member, ProcessProfiler,
     ProcessSummary, SessionOptions,
@@ -393,39 +393,23 @@ impl Profiler {
         }
     }
 
-    /// Unwinds a sample and counts it under its stack and labels.
+    /// Unwinds a sample and counts it under its stack and labels. A sample of a Python
+    /// process ([`Sample::python`](otel_ctx_sampler::Sample::python)) has its Python
+    /// frames spliced into the native stack where the interpreter's evaluation loop runs
+    /// them ([`ProfileOptions::native`] `false`: they alone), each new one named through
+    /// the names the sampler read with the sample (nothing is read from the target here);
+    /// a walk that failed is counted by its reason ([`Stats::python`]), and the sample
+    /// keeps its native frames. A sample without registers (its thread could not be
+    /// stopped, or no stack was copied) has nothing to unwind and is not counted.
     pub fn add(&mut self, sample: &Sample<'_>) -> SampleOutcome {
-        self.add_inner(sample, None)
-    }
-
-    /// Like [`add`](Self::add), for a sample of a Python process: `frames` are the
-    /// thread's Python frames as the sampler walked them (or why it could not), which
-    /// are spliced into the native stack where `interpreter`'s evaluation loop runs them
-    /// ([`ProfileOptions::native`] `false`: they alone). New code objects are named
-    /// through `interpreter` now. A walk that failed is counted by its reason
-    /// ([`Stats::python`]), and the sample keeps its native frames.
-    pub fn add_with_python(
-        &mut self,
-        sample: &Sample<'_>,
-        interpreter: &mut PythonProcess,
-        frames: Result<&[PythonFrame], &PythonError>,
-    ) -> SampleOutcome {
-        match frames {
-            Ok(frames) => self.add_inner(sample, Some((interpreter, frames))),
-            Err(e) => {
-                if self.options.filter.keeps(sample) {
-                    self.python.failed(e);
-                }
-                self.add_inner(sample, None)
-            }
-        }
-    }
-
-    fn add_inner(
-        &mut self,
-        sample: &Sample<'_>,
-        python: Option<(&mut PythonProcess, &[PythonFrame])>,
-    ) -> SampleOutcome {
+        let Some(registers) = sample.registers else {
+            return SampleOutcome {
+                kept: false,
+                frames: 0,
+                end: None,
+                outside_modules: false,
+            };
+        };
         self.stats.samples += 1;
         if !self.options.filter.keeps(sample) {
             self.stats.filtered += 1;
@@ -437,7 +421,7 @@ impl Profiler {
             };
         }
         let end = self.walker.walk(
-            &sample.registers,
+            &registers,
             sample.stack,
             self.options.max_depth,
             &mut self.frames,
@@ -453,10 +437,18 @@ impl Profiler {
         if outside_modules {
             self.stats.outside_modules += 1;
         }
-        if let Some((interpreter, frames)) = python {
-            let sps = self.walker.stack_pointers();
-            self.python
-                .splice(&mut stack, sps, frames, interpreter, &self.options);
+        match &sample.python {
+            Some(PythonSample {
+                frames: Ok(frames),
+                names,
+                ..
+            }) => {
+                let sps = self.walker.stack_pointers();
+                self.python
+                    .splice(&mut stack, sps, frames, names, &self.options);
+            }
+            Some(PythonSample { frames: Err(e), .. }) => self.python.failed(e),
+            None => {}
         }
         self.label(sample);
         let weight = match sample.weight_ns {
@@ -477,13 +469,14 @@ impl Profiler {
     /// Builds the sample's label set in the aggregate.
     fn label(&mut self, sample: &Sample<'_>) {
         let a = &mut self.aggregate;
-        a.begin_labels(sample.context.is_some());
-        match &sample.context {
+        let context = sample.context();
+        a.begin_labels(context.is_some());
+        match context {
             Some(context) => {
                 self.stats.with_context += 1;
                 let mut buf = [0u8; 32];
-                a.label("trace_id", hex_into(&context.trace_id, &mut buf));
-                a.label("span_id", hex_into(&context.span_id, &mut buf));
+                a.label("trace_id", hex_into(&context.trace_id(), &mut buf));
+                a.label("span_id", hex_into(&context.span_id(), &mut buf));
                 for (key, value) in context.attributes() {
                     a.label(key, &String::from_utf8_lossy(value));
                 }
@@ -541,7 +534,9 @@ fn decimal_into(n: u32, buf: &mut [u8; 10]) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use otel_ctx_codec::record::RecordHeader;
     use otel_ctx_reader::process::OwnedValue;
+    use otel_ctx_reader::ThreadContextRef;
 
     #[test]
     fn small_formatters() {
@@ -557,17 +552,34 @@ mod tests {
         );
     }
 
+    /// A record with these ids whose one attribute, key 0 of `key_map`, is `value`.
+    fn context<'a>(
+        trace_id: [u8; 16],
+        span_id: [u8; 8],
+        key_map: &'a [String],
+        attrs_data: &'a mut Vec<u8>,
+        value: &[u8],
+    ) -> ThreadContextRef<'a> {
+        attrs_data.clear();
+        attrs_data.extend([0, value.len() as u8]);
+        attrs_data.extend_from_slice(value);
+        let header = RecordHeader {
+            trace_id,
+            span_id,
+            valid: 1,
+            trace_flags: 1,
+            attrs_data_size: (attrs_data.len() as u16).into(),
+        };
+        ThreadContextRef::new(header, 0, attrs_data, key_map)
+    }
+
     #[test]
     fn filter_keeps_what_it_says() {
-        let attrs: &[(&str, &[u8])] = &[("http.route", b"/cart")];
-        let context = SampleContext {
-            trace_id: [1; 16],
-            span_id: [2; 8],
-            trace_flags: 1,
-            attributes: Attributes::List(attrs),
-        };
-        let bare = Sample::new(7, "w", UserRegisters::default(), &[]);
-        let with = bare.with_context(Some(context));
+        let key_map = ["http.route".to_owned()];
+        let mut attrs = Vec::new();
+        let context = context([1; 16], [2; 8], &key_map, &mut attrs, b"/cart");
+        let bare = Sample::new(1, 7, "w", Some(UserRegisters::default()), &[]);
+        let with = bare.clone().with_context(Some(context));
         assert!(Filter::default().keeps(&bare));
         assert!(!Filter::default().with_require_context(true).keeps(&bare));
         assert!(Filter::default().with_require_context(true).keeps(&with));
@@ -589,14 +601,16 @@ mod tests {
     fn filtered_samples_are_counted_not_walked() {
         let filter = Filter::default().with_attribute("http.route", "/cart");
         let mut profiler = Profiler::new(1, ProfileOptions::default().with_filter(filter));
-        let cart: &[(&str, &[u8])] = &[("http.route", b"/cart")];
-        let search: &[(&str, &[u8])] = &[("http.route", b"/search")];
-        let context = |attributes| SampleContext {
-            trace_id: [0xab; 16],
-            span_id: [0xcd; 8],
-            trace_flags: 1,
-            attributes: Attributes::List(attributes),
-        };
+        let key_map = ["http.route".to_owned()];
+        let (mut cart_data, mut search_data) = (Vec::new(), Vec::new());
+        let cart = context([0xab; 16], [0xcd; 8], &key_map, &mut cart_data, b"/cart");
+        let search = context(
+            [0xab; 16],
+            [0xcd; 8],
+            &key_map,
+            &mut search_data,
+            b"/search",
+        );
         // A frame pointer to follow, and no stack copy to follow it in.
         let registers = UserRegisters {
             ip: 0,
@@ -604,11 +618,11 @@ mod tests {
             fp: 0x1000,
             lr: 0,
         };
-        let bare = Sample::new(3, "t", registers, &[]);
-        let dropped = profiler.add(&bare.with_context(Some(context(search))));
+        let bare = Sample::new(1, 3, "t", Some(registers), &[]);
+        let dropped = profiler.add(&bare.clone().with_context(Some(search)));
         assert!(!dropped.kept && dropped.end.is_none());
         profiler.add(&bare);
-        let kept = profiler.add(&bare.with_context(Some(context(cart))));
+        let kept = profiler.add(&bare.with_context(Some(cart)));
         assert_eq!(kept.end, Some(UnwindEnd::NoStack));
         let profile = profiler.profile();
         let stats = &profile.stats;

@@ -9,15 +9,16 @@
 //! In the aggregate a Python frame is keyed by its code object (its address and stamp)
 //! and, with [`ProfileOptions::lines`](crate::ProfileOptions::lines), its instruction: a
 //! frame of mapping [`PYTHON_MAPPING`] whose address is its index here. Its names are
-//! read in user space the first time the key is seen (the reader's code-object cache,
-//! which checks the object's type and stamp), so a code object freed later keeps its
-//! name in the profile, and one reused at the same address is not misnamed.
+//! taken the first time the key is seen from the names the sampler read with the sample
+//! (its code-object cache, which checks the object's type and stamp), so a code object
+//! freed later keeps its name in the profile, and one reused at the same address is not
+//! misnamed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
-use otel_ctx_reader::python::{PythonError, PythonFrame, PythonProcess};
+use otel_ctx_sampler::python::{PythonError, PythonFrame, PythonNames};
 
 use crate::aggregate::StackFrame;
 use crate::unwind::Frame;
@@ -79,14 +80,9 @@ impl PythonTable {
         *self.stats.failures.entry(error.kind()).or_default() += 1;
     }
 
-    /// The index of `frame`'s location, named through `python` when it is new; `None`
+    /// The index of `frame`'s location, named through `names` when it is new; `None`
     /// for a frame that had not started (left out, as CPython leaves it out).
-    fn intern(
-        &mut self,
-        frame: &PythonFrame,
-        python: &mut PythonProcess,
-        lines: bool,
-    ) -> Option<u32> {
+    fn intern(&mut self, frame: &PythonFrame, names: &PythonNames<'_>, lines: bool) -> Option<u32> {
         let key = (
             frame.code,
             frame.stamp,
@@ -98,7 +94,7 @@ impl PythonTable {
         if self.locations.len() >= MAX_PYTHON_LOCATIONS {
             return Some(self.overflow());
         }
-        let location = match python.frame_info(frame) {
+        let location = match names.frame_info(frame) {
             Ok(info) => PythonLocation {
                 code: frame.code,
                 name: info.code.qualname.clone(),
@@ -149,17 +145,17 @@ impl PythonTable {
     }
 
     /// Splices `frames` (newest first) into `native` (leaf first), naming new frames
-    /// through `python`: see [`splice`].
+    /// through `names`: see [`splice`].
     pub fn splice(
         &mut self,
         native: &mut Vec<StackFrame>,
         sps: &[u64],
         frames: &[PythonFrame],
-        python: &mut PythonProcess,
+        names: &PythonNames<'_>,
         options: &ProfileOptions,
     ) {
         let (keep_native, lines) = (options.native, options.lines);
-        let eval = python.eval_range();
+        let eval = names.eval_range();
         if frames.iter().all(PythonFrame::is_shim) {
             return;
         }
@@ -175,7 +171,7 @@ impl PythonTable {
             frames,
             keep_native,
             &mut out,
-            &mut |frame| self.intern(frame, python, lines),
+            &mut |frame| self.intern(frame, names, lines),
         );
         self.stats.frames += spliced as u64;
         std::mem::swap(native, &mut out);

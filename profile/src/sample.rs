@@ -1,8 +1,8 @@
-//! What goes into a [`Profiler`](crate::Profiler)(crate::Profiler): its options, the filter, and one
-//! sample with its thread context.
+//! How a [`Profiler`](crate::Profiler) takes samples (the sampler's
+//! [`Sample`](otel_ctx_sampler::Sample)): its options, the filter, and what became of one.
 
 use otel_ctx_reader::files::FileBudget;
-use otel_ctx_reader::{ThreadContextRef, UserRegisters};
+use otel_ctx_sampler::Sample;
 
 use crate::aggregate::Limits;
 use crate::unwind::{Arch, UnwindEnd};
@@ -57,8 +57,9 @@ impl Filter {
     }
 
     pub(crate) fn keeps(&self, sample: &Sample<'_>) -> bool {
+        let context = sample.context();
         if let Some(trace_id) = self.trace_id {
-            if sample.context.is_none_or(|c| c.trace_id != trace_id) {
+            if context.is_none_or(|c| c.trace_id() != trace_id) {
                 return false;
             }
         }
@@ -69,7 +70,7 @@ impl Filter {
         {
             return false;
         }
-        match (&sample.context, self.require_context, &self.attribute) {
+        match (context, self.require_context, &self.attribute) {
             (None, true, _) | (None, _, Some(_)) => false,
             (Some(context), _, Some((name, value))) => context
                 .attributes()
@@ -197,98 +198,6 @@ impl ProfileOptions {
     #[must_use]
     pub fn with_filter(mut self, filter: Filter) -> Self {
         self.filter = filter;
-        self
-    }
-}
-
-/// A thread context's attributes, by name.
-#[derive(Clone, Copy, Debug)]
-pub enum Attributes<'a> {
-    /// As the reader named them.
-    Reader(&'a ThreadContextRef<'a>),
-    /// Given as a list (a context read some other way).
-    List(&'a [(&'a str, &'a [u8])]),
-}
-
-/// The thread context of a sample.
-#[derive(Clone, Copy, Debug)]
-pub struct SampleContext<'a> {
-    /// The W3C trace id.
-    pub trace_id: [u8; 16],
-    /// The W3C span id.
-    pub span_id: [u8; 8],
-    /// The W3C trace flags.
-    pub trace_flags: u8,
-    /// The attributes, by their key-map names.
-    pub attributes: Attributes<'a>,
-}
-
-impl<'a> SampleContext<'a> {
-    /// The attributes, in the record's order.
-    pub fn attributes(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
-        let (reader, list) = match self.attributes {
-            Attributes::Reader(context) => (Some(context.attributes()), None),
-            Attributes::List(list) => (None, Some(list.iter().copied())),
-        };
-        reader
-            .into_iter()
-            .flatten()
-            .chain(list.into_iter().flatten())
-    }
-}
-
-impl<'a> From<&'a ThreadContextRef<'a>> for SampleContext<'a> {
-    fn from(context: &'a ThreadContextRef<'a>) -> Self {
-        Self {
-            trace_id: context.trace_id(),
-            span_id: context.span_id(),
-            trace_flags: context.trace_flags(),
-            attributes: Attributes::Reader(context),
-        }
-    }
-}
-
-/// One sample of one thread.
-#[derive(Clone, Copy, Debug)]
-pub struct Sample<'a> {
-    /// Thread id.
-    pub tid: u32,
-    /// Thread name.
-    pub thread_name: &'a str,
-    /// The user registers when the thread was interrupted.
-    pub registers: UserRegisters,
-    /// The stack copied from `registers.sp` up (may be short or empty).
-    pub stack: &'a [u8],
-    /// The thread's context, if it had one.
-    pub context: Option<SampleContext<'a>>,
-    /// The sample's weight in nanoseconds; 0 for the profile's period.
-    pub weight_ns: u64,
-}
-
-impl<'a> Sample<'a> {
-    /// A sample without a context, weighing one period.
-    pub fn new(tid: u32, thread_name: &'a str, registers: UserRegisters, stack: &'a [u8]) -> Self {
-        Self {
-            tid,
-            thread_name,
-            registers,
-            stack,
-            context: None,
-            weight_ns: 0,
-        }
-    }
-
-    /// Sets [`context`](Self::context).
-    #[must_use]
-    pub fn with_context(mut self, context: Option<SampleContext<'a>>) -> Self {
-        self.context = context;
-        self
-    }
-
-    /// Sets [`weight_ns`](Self::weight_ns).
-    #[must_use]
-    pub fn with_weight_ns(mut self, weight: u64) -> Self {
-        self.weight_ns = weight;
         self
     }
 }

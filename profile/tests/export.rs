@@ -12,13 +12,16 @@ use std::time::{Duration, Instant};
 use opentelemetry_proto::tonic::collector::profiles::v1development::{
     ExportProfilesPartialSuccess, ExportProfilesServiceRequest, ExportProfilesServiceResponse,
 };
+use otel_ctx_codec::record::RecordHeader;
 use otel_ctx_profile::export::{
     self, ConfigError, Delivery, Destination, Environment, Exporter, Options, DEFAULT_TIMEOUT,
     PROFILES_PATH,
 };
 use otel_ctx_profile::otlp::{self, OtlpScope};
-use otel_ctx_profile::{Attributes, Profile, ProfileOptions, Profiler, Sample, SampleContext};
+use otel_ctx_profile::{Profile, ProfileOptions, Profiler};
+use otel_ctx_reader::ThreadContextRef;
 use otel_ctx_reader::UserRegisters;
+use otel_ctx_sampler::Sample;
 use prost::Message;
 
 struct Env(HashMap<&'static str, &'static str>);
@@ -160,16 +163,19 @@ fn settings_that_cannot_work_are_said() {
 /// A profile of `samples` samples of one thread under route `/cart`.
 fn profile(pid: u32, samples: usize) -> Profile {
     let mut profiler = Profiler::new(pid, ProfileOptions::default());
-    let attrs: &[(&str, &[u8])] = &[("http.route", b"/cart")];
-    let context = SampleContext {
+    // One attribute, key 0 of the key map: /cart.
+    let (key_map, attrs_data) = (["http.route".to_owned()], *b"\x00\x05/cart");
+    let header = RecordHeader {
         trace_id: [0xab; 16],
         span_id: [0xcd; 8],
+        valid: 1,
         trace_flags: 1,
-        attributes: Attributes::List(attrs),
+        attrs_data_size: (attrs_data.len() as u16).into(),
     };
+    let context = ThreadContextRef::new(header, 0, &attrs_data, &key_map);
     for _ in 0..samples {
-        let sample = Sample::new(7, "worker", UserRegisters::default(), &[]);
-        profiler.add(&sample.with_context(Some(context)));
+        let sample = Sample::new(pid, 7, "worker", Some(UserRegisters::default()), &[]);
+        profiler.add(&sample.with_context(Some(context.clone())));
     }
     profiler.profile()
 }

@@ -12,8 +12,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use object::{Object, ObjectSection, ObjectSymbol};
-use otel_ctx_profile::{Arch, Profile, ProfileOptions, Profiler, Sample, UnwindEnd};
+use otel_ctx_profile::{Arch, Profile, ProfileOptions, Profiler, UnwindEnd};
 use otel_ctx_reader::UserRegisters;
+use otel_ctx_sampler::Sample;
 use support::{
     build_plugin, build_routes, capture, folded_text, garbage, out_path, profile_of, profiles,
     replay, route_accuracy, thread_cpu_time, Fixture, ROUTES,
@@ -100,7 +101,7 @@ fn garbage_registers_and_stacks() {
         let started = thread_cpu_time();
         profiler.unwind(&registers, &stack, &mut frames);
         slowest = slowest.max(thread_cpu_time() - started);
-        let sample = Sample::new(1, "garbage", registers, &stack);
+        let sample = Sample::new(0, 1, "garbage", Some(registers), &stack);
         let started = thread_cpu_time();
         let outcome = profiler.add(&sample);
         counting += thread_cpu_time() - started;
@@ -127,7 +128,7 @@ fn garbage_registers_and_stacks() {
         fp: 0,
         lr: 0,
     };
-    let outcome = profiler.add(&Sample::new(1, "deep", registers, &stack));
+    let outcome = profiler.add(&Sample::new(0, 1, "deep", Some(registers), &stack));
     assert_eq!(
         (outcome.end, outcome.frames),
         (Some(UnwindEnd::DepthLimit), 256)
@@ -142,7 +143,7 @@ fn garbage_registers_and_stacks() {
         fp: 0x7ffd_0000_0000,
         lr: 0,
     };
-    let outcome = profiler.add(&Sample::new(1, "loop", registers, &looped));
+    let outcome = profiler.add(&Sample::new(0, 1, "loop", Some(registers), &looped));
     assert!(
         outcome.end.is_some_and(UnwindEnd::is_failure) && outcome.frames <= 3,
         "{outcome:?}"

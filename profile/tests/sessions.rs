@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fixture::{build_routes, go, out_path, pprof, Fixture, ROUTES};
 use otel_ctx_profile::{FleetOptions, FleetProfiler, ProcessProfiler, SessionOptions};
-use otel_ctx_reader::{Method, SamplerOptions};
+use otel_ctx_sampler::{Method, SamplerOptions};
 
 /// `examples/profile_pid`, built next to the test binaries' directory.
 fn example() -> PathBuf {

@@ -15,7 +15,7 @@ use otel_ctx_reader::thread::tls::{
 use otel_ctx_reader::thread::tls::{AccessModel, Libc};
 use otel_ctx_reader::thread::ThreadReaderOptions;
 use otel_ctx_reader::ProcessMaps;
-use otel_ctx_reader::{RecordBuffer, StackBuffer, ThreadReader};
+use otel_ctx_reader::{RecordBuffer, SampleError, ThreadReader};
 
 // Shared with `ebpf_matrix.rs`, which uses all of it (this test leaves `Target::lines`).
 #[allow(dead_code)]
@@ -114,11 +114,24 @@ fn check_stacks(name: &str, target: &Target, reader: &mut ThreadReader, memory: 
         .map(|l| (l.start, l.end))
         .collect();
     let mut records = RecordBuffer::new();
-    let mut stack = StackBuffer::new(4096);
+    let mut copy = vec![0; 4096];
     for t in &target.threads {
-        let (registers, context) = reader
-            .sample_with_stack_into(t.tid, &mut records, &mut stack)
+        // While the thread is stopped: its registers, and the top of its stack copied
+        // as a sampler copies it.
+        let ((registers, copied), context) = reader
+            .sample_stopped_into(t.tid, &mut records, |stopped, memory| {
+                let (registers, thread_pointer) = stopped.registers()?;
+                let copied = memory.read_prefix(registers.sp, &mut copy).map_err(|e| {
+                    SampleError::Memory {
+                        what: "the stack",
+                        address: registers.sp,
+                        source: e.into(),
+                    }
+                })?;
+                Ok(((registers, copied), thread_pointer))
+            })
             .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let stack = &copy[..copied];
         assert_eq!(
             context.map(|c| c.record_address).unwrap_or(0),
             t.record,
@@ -135,16 +148,11 @@ fn check_stacks(name: &str, target: &Target, reader: &mut ThreadReader, memory: 
             mapped_end = *end;
         }
         let expected = (mapped_end - registers.sp).min(4096) as usize;
-        assert_eq!(
-            stack.bytes().len(),
-            expected,
-            "{name}: stack copy of {}",
-            t.tid
-        );
+        assert_eq!(stack.len(), expected, "{name}: stack copy of {}", t.tid);
         let mut again = vec![0; expected];
         memory.read_exact(registers.sp, &mut again).unwrap();
         // Stopped again since the copy: the thread may have moved only below its sp.
-        assert_eq!(&again[..64], &stack.bytes()[..64], "{name}: stack bytes");
+        assert_eq!(&again[..64], &stack[..64], "{name}: stack bytes");
         assert!(
             lines
                 .iter()

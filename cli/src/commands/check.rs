@@ -66,10 +66,15 @@ fn command(argv: &[String]) -> Result<Command, String> {
     let mut command = Command::new(program);
     command.args(args).stdout(Stdio::from(stdout));
     // SAFETY: the closure runs in the child between fork and exec, where only
-    // async-signal-safe calls are allowed; it makes one prctl system call and allocates
-    // nothing. It ends the program if this tool dies before stopping it.
+    // async-signal-safe calls are allowed; it makes one prctl and two signal(2) calls
+    // (both async-signal-safe) and allocates nothing. It ends the program if this tool
+    // dies before stopping it, and gives it the default action of SIGINT and SIGTERM,
+    // as a program started from a terminal has: started from a shell that ignores them
+    // (a background job), it would otherwise ignore the SIGTERM that stops it.
     unsafe {
         command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
                 .map_err(std::io::Error::from)
         });

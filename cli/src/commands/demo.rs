@@ -46,7 +46,7 @@ pub fn run(duration: Duration, ebpf: bool, profile: Option<&Path>) -> Result<(),
     #[cfg(not(feature = "ebpf"))]
     if ebpf {
         return Err(super::sampler_failure(
-            otel_ctx_reader::SamplerError::NoEbpf,
+            otel_ctx_sampler::SamplerError::NoEbpf,
         ));
     }
     catch_sigint().map_err(Failure::Unusable)?;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use otel_ctx_profile::export::{self, Exporter};
 use otel_ctx_profile::otlp::OtlpScope;
 use otel_ctx_profile::{Filter, FleetOptions, FleetProfiler, FoldedOptions, Outputs, Profile};
-use otel_ctx_reader::Method;
+use otel_ctx_sampler::Method;
 
 use super::otlp;
 use super::profile::Request;

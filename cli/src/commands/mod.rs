@@ -100,13 +100,13 @@ pub const NO_EBPF: &str = "this otel-ctx was built without the eBPF sampler: ins
 /// What the tool says of a sampler that cannot start or cannot follow a process: as
 /// for the reader's errors, a process that publishes nothing valid is a finding (1), one
 /// that cannot be read is not (2).
-pub fn sampler_failure(e: otel_ctx_reader::SamplerError) -> Failure {
+pub fn sampler_failure(e: otel_ctx_sampler::SamplerError) -> Failure {
     match e {
-        otel_ctx_reader::SamplerError::NoEbpf => {
+        otel_ctx_sampler::SamplerError::NoEbpf => {
             Failure::usage(format!("{NO_EBPF}, or sample with ptrace"))
         }
-        otel_ctx_reader::SamplerError::Process(e) => e.into(),
-        otel_ctx_reader::SamplerError::Thread(e) => e.into(),
+        otel_ctx_sampler::SamplerError::Process(e) => e.into(),
+        otel_ctx_sampler::SamplerError::Thread(e) => e.into(),
         e => Failure::Unusable(e.to_string()),
     }
 }

@@ -19,8 +19,8 @@ use otel_ctx_profile::{
     Debuginfod, DebuginfodFetch, Filter, FoldedOptions, Format, Outputs, ProcessProfiler, Profile,
     ProfileOptions, SessionOptions,
 };
-use otel_ctx_reader::thread::DEFAULT_STACK_SIZE;
-use otel_ctx_reader::{Method, SamplerOptions};
+use otel_ctx_sampler::stack::DEFAULT_STACK_SIZE;
+use otel_ctx_sampler::{Method, SamplerOptions};
 
 use super::{catch_sigint, text, Failure, INTERRUPTED};
 

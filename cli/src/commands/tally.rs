@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use otel_ctx_reader::sampler::{AttributeTally, SamplerStats, Threads, UNREADABLE};
 use otel_ctx_reader::thread::ThreadReaderOptions;
-use otel_ctx_reader::{Following, Method, Sampler, SamplerOptions};
+use otel_ctx_sampler::{AttributeTally, SamplerStats, Threads, UNREADABLE};
+use otel_ctx_sampler::{Following, Method, Sampler, SamplerOptions};
 use serde::Serialize;
 
 use super::{sampler_failure, text, Failure};
@@ -294,7 +294,7 @@ mod tests {
             key_note: None,
             counts: vec![
                 Count {
-                    value: otel_ctx_reader::sampler::NO_CONTEXT,
+                    value: otel_ctx_sampler::NO_CONTEXT,
                     samples: 3100,
                 },
                 Count {

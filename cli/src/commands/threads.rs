@@ -6,13 +6,11 @@ use otel_ctx_codec::attrs::{ResolvedAttrs, MAX_KEYS};
 use otel_ctx_codec::hex::encode as hex;
 use std::time::Duration;
 
-use otel_ctx_reader::sampler::{self, PreparedProcess};
 use otel_ctx_reader::thread::tls::{SkippedModule, SymbolTable};
 use otel_ctx_reader::thread::{OwnedThreadContext, ThreadReport};
-use otel_ctx_reader::{
-    Following, Method, ProcessMaps, Sampler, SamplerError, SamplerOptions, ThreadError,
-    ThreadReader,
-};
+use otel_ctx_reader::{ProcessMaps, ThreadError, ThreadReader};
+use otel_ctx_sampler::PreparedProcess;
+use otel_ctx_sampler::{Following, Method, Sampler, SamplerError, SamplerOptions};
 
 use serde::Serialize;
 
@@ -76,7 +74,7 @@ pub fn read(maps: ProcessMaps, raw_keys: bool, ebpf: bool) -> Result<Threads, Fa
         .with_method(Some(method))
         .with_frequency_hz(999)
         .with_stack_size(0)
-        .with_threads(sampler::Threads::All)
+        .with_threads(otel_ctx_sampler::Threads::All)
         .with_require_known_schema(!raw_keys);
     let mut sampler = Sampler::new(options).map_err(|e| Failure::Unusable(e.to_string()))?;
     let pid = maps.pid;

@@ -10,14 +10,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use otel_ctx_reader::process::{ReaderOptions, Snapshot};
-use otel_ctx_reader::sampler::PreparedProcess;
-use otel_ctx_reader::{
-    Following, ProcessContextReader, ProcessMaps, Sampler, SamplerError, SamplerOptions,
-};
+use otel_ctx_reader::{ProcessContextReader, ProcessMaps};
+use otel_ctx_sampler::PreparedProcess;
+use otel_ctx_sampler::{Following, Sampler, SamplerError, SamplerOptions};
 
 use super::process::SessionOptions;
 use super::scout::{Found, Report, Scout};
-use super::to_profile_sample;
 use crate::{ModuleCache, Profile, ProfileOptions, Profiler};
 
 /// How soon after a publication event its process is read (a burst of updates is read
@@ -127,7 +125,7 @@ struct Followed {
 pub struct FleetProfiler {
     sampler: Sampler,
     #[cfg(feature = "ebpf")]
-    hook: Option<otel_ctx_reader::ebpf::PublicationHook>,
+    hook: Option<otel_ctx_sampler::ebpf::PublicationHook>,
     /// Why the publication hook is not used, when discovery asked for it.
     hook_refusal: Option<String>,
     scout: Option<Scout>,
@@ -189,7 +187,7 @@ impl FleetProfiler {
 
     #[cfg(feature = "ebpf")]
     fn start_hook(&mut self) {
-        match otel_ctx_reader::ebpf::PublicationHook::new() {
+        match otel_ctx_sampler::ebpf::PublicationHook::new() {
             Ok(hook) => self.hook = Some(hook),
             Err(e) => self.hook_refusal = Some(e.to_string()),
         }
@@ -292,7 +290,7 @@ impl FleetProfiler {
         let step = self.sampler.step(wait, |sample| {
             processes
                 .get_mut(&sample.pid)
-                .is_some_and(|followed| to_profile_sample(sample, &mut followed.profiler))
+                .is_some_and(|followed| followed.profiler.add(sample).outside_modules)
         })?;
         for maps in &step.maps {
             self.update_maps(maps);

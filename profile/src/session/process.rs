@@ -3,12 +3,11 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use otel_ctx_reader::process::ReaderOptions;
-use otel_ctx_reader::sampler::PreparedProcess;
-use otel_ctx_reader::{Following, ProcessContextReader, Sampler, SamplerError, SamplerOptions};
+use otel_ctx_reader::ProcessContextReader;
+use otel_ctx_sampler::PreparedProcess;
+use otel_ctx_sampler::{Following, Sampler, SamplerError, SamplerOptions};
 
 use crate::{Profile, ProfileOptions, Profiler};
-
-use super::to_profile_sample;
 
 /// How a session samples and profiles. Start from `SessionOptions::default()`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -141,7 +140,7 @@ impl ProcessProfiler {
         let profiler = &mut self.profiler;
         let step = self
             .sampler
-            .step(wait, |sample| to_profile_sample(sample, profiler))?;
+            .step(wait, |sample| profiler.add(sample).outside_modules)?;
         self.sampled_until = Instant::now();
         for maps in &step.maps {
             self.profiler.update_maps(maps);

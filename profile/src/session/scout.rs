@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use otel_ctx_reader::process::{ReaderOptions, Snapshot};
-use otel_ctx_reader::sampler::PreparedProcess;
-use otel_ctx_reader::{Error, ProcessContextReader, SamplerError, SamplerOptions};
+use otel_ctx_reader::{Error, ProcessContextReader};
+use otel_ctx_sampler::PreparedProcess;
+use otel_ctx_sampler::{SamplerError, SamplerOptions};
 
 /// A publisher, ready to follow: what reading it cost, done.
 pub(super) struct Found {

@@ -6,7 +6,8 @@
 use std::fmt::{self, Display, Formatter};
 use std::time::Duration;
 
-use otel_ctx_reader::{Following, ThreadError};
+use otel_ctx_reader::ThreadError;
+use otel_ctx_sampler::Following;
 
 use super::{FleetProfiler, ProcessProfiler};
 use crate::{Profile, Stats};

@@ -132,8 +132,11 @@ impl Fixture {
     /// Like [`start`](Self::start), with `env` added to its environment (such as
     /// `OTEL_SERVICE_NAME`).
     pub fn start_with_env(program: &Path, args: &[&Path], env: &[(&str, &str)]) -> Self {
+        // The fixture's service name is its default unless a test sets one.
         let mut child = Command::new(program)
             .args(args)
+            .env_remove("OTEL_SERVICE_NAME")
+            .env_remove("OTEL_RESOURCE_ATTRIBUTES")
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -9,20 +9,50 @@ use std::time::Duration;
 mod fixture;
 pub use fixture::*;
 
-use otel_ctx_profile::{Attributes, Profile, ProfileOptions, Profiler, Sample, SampleContext};
-use otel_ctx_reader::thread::StackReader;
+use otel_ctx_codec::attrs::AttrsWriter;
+use otel_ctx_codec::record::RecordHeader;
+use otel_ctx_profile::{Profile, ProfileOptions, Profiler};
 use otel_ctx_reader::{
-    ProcessContextReader, ProcessMaps, RecordBuffer, Snapshot, StackBuffer, ThreadReader,
+    ProcessContextReader, ProcessMaps, RecordBuffer, Snapshot, ThreadContextRef, ThreadReader,
     UserRegisters,
 };
+use otel_ctx_sampler::stack::StackReader;
+use otel_ctx_sampler::{Sample, StackBuffer};
 
-/// A thread context as sampled, owned.
+/// A thread context as sampled, owned: its record and the key map that names it.
 #[derive(Clone, Debug)]
 pub struct OwnedContext {
-    pub trace_id: [u8; 16],
-    pub span_id: [u8; 8],
-    pub trace_flags: u8,
-    pub attributes: Vec<(String, Vec<u8>)>,
+    pub header: RecordHeader,
+    pub attrs_data: Vec<u8>,
+    pub key_map: Vec<String>,
+}
+
+impl OwnedContext {
+    /// A record with these ids and attributes (each name a key of the key map).
+    pub fn new(trace_id: [u8; 16], span_id: [u8; 8], attributes: &[(&str, &[u8])]) -> Self {
+        let mut buf = vec![0; 4096];
+        let mut writer = AttrsWriter::new(&mut buf);
+        for (key, (_, value)) in attributes.iter().enumerate() {
+            writer.push(key as u8, value).expect("attributes fit");
+        }
+        let attrs_data = writer.as_bytes().to_vec();
+        Self {
+            header: RecordHeader {
+                trace_id,
+                span_id,
+                valid: 1,
+                trace_flags: 1,
+                attrs_data_size: (attrs_data.len() as u16).into(),
+            },
+            attrs_data,
+            key_map: attributes.iter().map(|(k, _)| (*k).to_owned()).collect(),
+        }
+    }
+
+    /// The context as a sampler hands it over.
+    pub fn as_ref(&self) -> ThreadContextRef<'_> {
+        ThreadContextRef::new(self.header, 0, &self.attrs_data, &self.key_map)
+    }
 }
 
 /// One sample, owned, to replay into profilers with different options.
@@ -50,6 +80,7 @@ pub fn capture(pid: u32, rounds: usize) -> Capture {
         .and_then(|mut r| r.read())
         .ok();
     let mut reader = ThreadReader::open(pid).expect("open the thread reader");
+    let key_map = reader.key_map().map(<[String]>::to_vec).unwrap_or_default();
     let tids = reader.tids().expect("list the threads");
     let names: Vec<String> = tids
         .iter()
@@ -64,19 +95,18 @@ pub fn capture(pid: u32, rounds: usize) -> Capture {
     let mut samples = Vec::new();
     for _ in 0..rounds {
         for (tid, name) in tids.iter().zip(&names) {
-            let Ok((registers, context)) =
-                reader.sample_with_stack_into(*tid, &mut record, &mut stack)
-            else {
+            let Ok((registers, context)) = otel_ctx_sampler::stack::sample_with_stack_into(
+                &mut reader,
+                *tid,
+                &mut record,
+                &mut stack,
+            ) else {
                 continue;
             };
             let context = context.map(|c| OwnedContext {
-                trace_id: c.trace_id(),
-                span_id: c.span_id(),
-                trace_flags: c.trace_flags(),
-                attributes: c
-                    .attributes()
-                    .map(|(k, v)| (k.to_owned(), v.to_vec()))
-                    .collect(),
+                header: c.header,
+                attrs_data: c.attrs_data.to_vec(),
+                key_map: key_map.clone(),
             });
             samples.push(Captured {
                 tid: *tid,
@@ -153,20 +183,8 @@ pub fn thread_cpu_time() -> Duration {
 pub fn replay(profiler: &mut Profiler, captured: &[Captured]) -> Duration {
     let mut slowest = Duration::ZERO;
     for c in captured {
-        let attrs: Vec<(&str, &[u8])> = c
-            .context
-            .iter()
-            .flat_map(|ctx| ctx.attributes.iter())
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
-            .collect();
-        let context = c.context.as_ref().map(|ctx| SampleContext {
-            trace_id: ctx.trace_id,
-            span_id: ctx.span_id,
-            trace_flags: ctx.trace_flags,
-            attributes: Attributes::List(&attrs),
-        });
-        let sample = Sample::new(c.tid, &c.thread_name, c.registers, &c.stack)
-            .with_context(context)
+        let sample = Sample::new(0, c.tid, &c.thread_name, Some(c.registers), &c.stack)
+            .with_context(c.context.as_ref().map(OwnedContext::as_ref))
             .with_weight_ns(1_000_000);
         let started = thread_cpu_time();
         profiler.add(&sample);

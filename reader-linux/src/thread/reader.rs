@@ -13,8 +13,6 @@ use crate::error::Error;
 use crate::maps::ProcessMaps;
 use crate::memory::{ProcessMemory, ReadMethod};
 use crate::process::reader::{ProcessContextReader, ReaderOptions};
-use crate::python::{PythonError, PythonProcess, PythonStack};
-use crate::thread::stack::{copy_stopped_stack, StackBuffer, UserRegisters};
 use crate::thread::tls::{
     loaded_modules, read_slot_into, read_stopped, resolve, ElfCache, Libc, LoadedModule,
     PtraceError, Resolution, SampleError, SkippedModule, SlotContents, StoppedThread, ThreadSample,
@@ -206,6 +204,18 @@ pub struct ThreadReport {
     pub context: Result<Option<OwnedThreadContext>, SampleError>,
 }
 
+impl ThreadReport {
+    /// The report of thread `tid`, named `name`, whose context was read some other way
+    /// (a sampler's last sample of it).
+    pub fn new(
+        tid: u32,
+        name: String,
+        context: Result<Option<OwnedThreadContext>, SampleError>,
+    ) -> Self {
+        Self { tid, name, context }
+    }
+}
+
 /// Reads the thread contexts of one process.
 #[derive(Debug)]
 pub struct ThreadReader {
@@ -230,14 +240,6 @@ pub struct ThreadReader {
     /// The buffer [`read_thread`](Self::read_thread) samples into, kept between calls.
     scratch: RecordBuffer,
 }
-
-/// A Python walk to make while a thread is stopped: the interpreter, the frames' buffer,
-/// and where the walk's outcome goes.
-type PythonWalk<'a> = (
-    &'a PythonProcess,
-    &'a mut PythonStack,
-    &'a mut Result<(), PythonError>,
-);
 
 fn module_list(modules: &[LoadedModule]) -> Vec<(String, u64)> {
     modules.iter().map(|m| (m.path.clone(), m.bias)).collect()
@@ -490,82 +492,41 @@ impl ThreadReader {
         tid: u32,
         buffer: &'a mut RecordBuffer,
     ) -> Result<Option<ThreadContextRef<'a>>, SampleError> {
-        let (_, contents) = self.read_stopped_into(tid, buffer, None, None)?;
-        Ok(self.named(contents, &buffer.attrs_data))
+        let ((), context) = self.sample_stopped_into(tid, buffer, |stopped, _| {
+            Ok(((), stopped.thread_pointer()?))
+        })?;
+        Ok(context)
     }
 
-    /// Like [`sample_into`](Self::sample_into), and while the thread is stopped also
-    /// takes its user registers and copies the top of its stack (from the stack pointer
-    /// up, at most `stack`'s capacity, less where the stack's mapping ends) into
-    /// `stack`: what a profiler unwinds. Allocation-free as `sample_into` is.
-    pub fn sample_with_stack_into<'a>(
+    /// Like [`sample_into`](Self::sample_into), with more work done while the thread is
+    /// stopped: `while_stopped` gets the stopped thread and the process's memory, does
+    /// its work (takes the user registers, copies the stack, walks an interpreter's
+    /// frames) and returns its outcome with the thread pointer
+    /// ([`StoppedThread::thread_pointer`], or the one [`StoppedThread::registers`]
+    /// gives), from which the record is then read. The thread runs on once the record is
+    /// copied.
+    pub fn sample_stopped_into<'a, T>(
         &'a mut self,
         tid: u32,
         buffer: &'a mut RecordBuffer,
-        stack: &mut StackBuffer,
-    ) -> Result<(UserRegisters, Option<ThreadContextRef<'a>>), SampleError> {
-        let (registers, contents) = self.read_stopped_into(tid, buffer, Some(stack), None)?;
-        Ok((registers, self.named(contents, &buffer.attrs_data)))
-    }
-
-    /// Like [`sample_with_stack_into`](Self::sample_with_stack_into), and while the
-    /// thread is stopped also walks its Python frames with `python` (the process's
-    /// interpreter, [`PythonProcess::find`]) into `frames`. The walk's own failure is
-    /// the third value: the sample keeps its native stack and context whatever it says.
-    #[allow(clippy::type_complexity)]
-    pub fn sample_with_python_into<'a>(
-        &'a mut self,
-        tid: u32,
-        buffer: &'a mut RecordBuffer,
-        stack: &mut StackBuffer,
-        python: &PythonProcess,
-        frames: &mut PythonStack,
-    ) -> Result<
-        (
-            UserRegisters,
-            Option<ThreadContextRef<'a>>,
-            Result<(), PythonError>,
-        ),
-        SampleError,
-    > {
-        let mut walked = Ok(());
-        let (registers, contents) = self.read_stopped_into(
-            tid,
-            buffer,
-            Some(stack),
-            Some((python, frames, &mut walked)),
-        )?;
-        Ok((registers, self.named(contents, &buffer.attrs_data), walked))
-    }
-
-    /// Stops thread `tid`, takes its registers (and with `stack`, copies the top of its
-    /// stack), copies its record into `buffer`, and lets it go.
-    fn read_stopped_into(
-        &self,
-        tid: u32,
-        buffer: &mut RecordBuffer,
-        stack: Option<&mut StackBuffer>,
-        python: Option<PythonWalk<'_>>,
-    ) -> Result<(UserRegisters, SlotContents), SampleError> {
-        let stopped = StoppedThread::stop(tid)?;
-        let (registers, thread_pointer) = match stack {
-            None => (UserRegisters::default(), stopped.thread_pointer()?),
-            Some(stack) => copy_stopped_stack(&stopped, &self.memory, stack)?,
+        while_stopped: impl FnOnce(&StoppedThread, &ProcessMemory) -> Result<(T, u64), SampleError>,
+    ) -> Result<(T, Option<ThreadContextRef<'a>>), SampleError> {
+        let (outcome, contents) = {
+            let stopped = StoppedThread::stop(tid)?;
+            let (outcome, thread_pointer) = while_stopped(&stopped, &self.memory)?;
+            let contents = match self.resolution.slot_address(thread_pointer, &self.memory)? {
+                None => SlotContents::Null,
+                Some(slot) => read_slot_into(
+                    slot,
+                    &self.memory,
+                    self.max_record_size,
+                    &mut buffer.attrs_data,
+                )?,
+            };
+            (outcome, contents)
+            // `stopped` is dropped here: the thread runs on.
         };
-        if let Some((python, frames, walked)) = python {
-            *walked = python.sample(tid, Some(thread_pointer), frames);
-        }
-        let contents = match self.resolution.slot_address(thread_pointer, &self.memory)? {
-            None => SlotContents::Null,
-            Some(slot) => read_slot_into(
-                slot,
-                &self.memory,
-                self.max_record_size,
-                &mut buffer.attrs_data,
-            )?,
-        };
-        Ok((registers, contents))
-        // `stopped` is dropped on return: the thread runs on.
+        Ok((outcome, self.named(contents, &buffer.attrs_data)))
     }
 
     /// The named context of what a read found: `None` unless a valid record.
@@ -699,6 +660,23 @@ pub struct ThreadContextRef<'a> {
 }
 
 impl<'a> ThreadContextRef<'a> {
+    /// A record copied out some other way (kept from an earlier read, or made by a
+    /// test), its attributes named through `key_map` as a reader names them.
+    pub fn new(
+        header: RecordHeader,
+        record_address: u64,
+        attrs_data: &'a [u8],
+        key_map: &'a [String],
+    ) -> Self {
+        Self {
+            header,
+            record_address,
+            attrs_data,
+            resolved: ResolvedAttrs::resolve(attrs_data, key_map.len().min(MAX_KEY_MAP_LEN)),
+            key_map,
+        }
+    }
+
     /// The W3C trace id.
     pub const fn trace_id(&self) -> [u8; 16] {
         self.header.trace_id

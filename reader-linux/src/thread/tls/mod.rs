@@ -11,7 +11,7 @@ pub use elf::{
     ElfError, ElfTls, Machine, Relocated, SymbolInfo, SymbolTable, TlsReloc, TlsSegment,
 };
 pub use modules::{loaded_modules, ElfCache, Modules, SkipReason, SkippedModule, TOTAL_FILE_BYTES};
-pub use ptrace::{PtraceError, StoppedThread};
+pub use ptrace::{PtraceError, StoppedThread, UserRegisters};
 pub use resolve::{
     defining_module, resolve, resolve_for, AccessModel, DtvLayout, Libc, LoadedModule, Resolution,
     SlotLocation, TargetMemory, TlsError,

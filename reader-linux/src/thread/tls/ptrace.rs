@@ -20,6 +20,20 @@ use std::marker::PhantomData;
 
 use crate::sys;
 
+/// The user registers an unwinder starts from, as they were when the thread was
+/// interrupted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserRegisters {
+    /// The instruction pointer (`rip`, `pc`).
+    pub ip: u64,
+    /// The stack pointer (`rsp`, `sp`).
+    pub sp: u64,
+    /// The frame pointer (`rbp`, `x29`).
+    pub fp: u64,
+    /// The link register (`x30`) on aarch64; 0 on x86_64.
+    pub lr: u64,
+}
+
 /// Why a thread could not be stopped.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -226,7 +240,7 @@ impl StoppedThread {
     /// The user registers a stack walk starts from: `rip`, `rsp`, `rbp` on x86_64; `pc`,
     /// `sp`, `x29`, `x30` on aarch64. With the thread pointer, from the same request on
     /// x86_64.
-    pub fn registers(&self) -> Result<(crate::thread::stack::UserRegisters, u64), PtraceError> {
+    pub fn registers(&self) -> Result<(UserRegisters, u64), PtraceError> {
         let raw = sys::registers(self.tid).map_err(|e| {
             os_error(
                 if cfg!(target_arch = "aarch64") {
@@ -237,7 +251,7 @@ impl StoppedThread {
                 e,
             )
         })?;
-        let registers = crate::thread::stack::UserRegisters {
+        let registers = UserRegisters {
             ip: raw.ip,
             sp: raw.sp,
             fp: raw.fp,

@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::error::Error;
-use crate::maps::ProcessMaps;
-use crate::procfs;
 use crate::python::{PythonError, PythonProcess};
-use crate::thread::reader::{ThreadError, ThreadReader};
-use crate::thread::stack::StackReader;
+use crate::stack::StackReader;
+use otel_ctx_reader::maps::ProcessMaps;
+use otel_ctx_reader::procfs;
+use otel_ctx_reader::thread::{ThreadError, ThreadReader};
+use otel_ctx_reader::Error;
 
 use super::{SamplerError, SamplerOptions, MODULES_FALLBACK, REFRESH_INTERVAL};
 
@@ -160,7 +160,7 @@ impl Process {
 
     /// Whether the process exited, or another took its id.
     pub fn has_exited(&self, pid: u32) -> bool {
-        procfs::start_time(pid) != Some(self.start_time) || crate::memory::is_gone(pid)
+        procfs::start_time(pid) != Some(self.start_time) || otel_ctx_reader::memory::is_gone(pid)
     }
 
     /// The refresh policy of one process: its key map every [`REFRESH_INTERVAL`], its

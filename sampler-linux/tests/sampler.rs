@@ -7,14 +7,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use otel_ctx_reader::thread::ThreadError;
-use otel_ctx_reader::{Following, Method, Sampler, SamplerOptions, Step, Threads};
+use otel_ctx_sampler::{Following, Method, Sampler, SamplerOptions, Step, Threads};
 
 mod spinner;
 use spinner::Spinner;
 
 // Shared with the TLS matrix tests, which use all of it.
 #[allow(dead_code)]
-#[path = "fixtures/tls/matrix.rs"]
+#[path = "../../reader-linux/tests/fixtures/tls/matrix.rs"]
 mod matrix;
 
 /// What a run of the sampler saw, per thread: samples, with a context, with registers

@@ -11,8 +11,8 @@ use std::io;
 
 use otel_ctx_codec::record::{RecordHeader, RECORD_HEADER_SIZE};
 
-use crate::thread::stack::UserRegisters;
-use crate::thread::tls::{Resolution, SampleError, SlotContents, SlotLocation, TlsError};
+use otel_ctx_reader::thread::tls::{Resolution, SampleError, SlotContents, SlotLocation, TlsError};
+use otel_ctx_reader::UserRegisters;
 
 /// Number of `u64` words of `struct ctx_config`.
 pub(crate) const CONFIG_WORDS: usize = 3;
@@ -311,8 +311,8 @@ pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::thread::tls::{AccessModel, SymbolTable};
-    use crate::thread::tls::{Libc, Machine};
+    use otel_ctx_reader::thread::tls::{AccessModel, SymbolTable};
+    use otel_ctx_reader::thread::tls::{Libc, Machine};
 
     fn resolution(location: SlotLocation, libc: Libc, machine: Machine) -> Resolution {
         Resolution {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::offsets::Offsets;
 use super::PythonError;
-use crate::thread::tls::TargetMemory;
+use otel_ctx_reader::thread::tls::TargetMemory;
 
 /// The longest name or file kept, in characters; a longer one is cut.
 pub const MAX_NAME_CHARS: usize = 512;
@@ -258,6 +258,11 @@ impl CodeCache {
     /// Bytes its names and location tables take (an estimate of its memory).
     pub const fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// The code object at `code` with stamp `stamp`, if it is cached.
+    pub(crate) fn lookup(&self, code: u64, stamp: u64) -> Option<&Arc<CodeInfo>> {
+        self.entries.get(&(code, stamp))
     }
 
     /// The code object at `code` whose stamp was `stamp` when it was sampled: from the

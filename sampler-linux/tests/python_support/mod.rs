@@ -111,7 +111,7 @@ pub fn embedded() -> &'static PathBuf {
         };
         let out = targets_dir().join("embed311");
         let built = Command::new("gcc")
-            .arg(workspace().join("reader-linux/tests/python/embed.c"))
+            .arg(workspace().join("sampler-linux/tests/python/embed.c"))
             .args(config("--cflags"))
             .args(config("--ldflags"))
             .arg("-o")
@@ -162,7 +162,7 @@ fn missing(what: &Path) -> ! {
 /// Starts `service.py` under `runtime`, publishing with `publisher`, and waits for its
 /// workers.
 pub fn start(runtime: Runtime, publisher: Publisher) -> PythonTarget {
-    let script = workspace().join("reader-linux/tests/python/service.py");
+    let script = workspace().join("sampler-linux/tests/python/service.py");
     let mut command = match runtime.root() {
         None if runtime == Runtime::Embedded311 => {
             let mut c = Command::new(embedded());

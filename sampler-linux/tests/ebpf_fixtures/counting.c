@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../fixtures/tls/writer.h"
+#include "../../../reader-linux/tests/fixtures/tls/writer.h"
 
 #define THREADS 4
 

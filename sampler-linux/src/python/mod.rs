@@ -11,8 +11,9 @@
 //! (CPython's thread-local `_Py_tss_tstate` when a module exports it, resolved by the same
 //! TLS code as `otel_thread_ctx_v1`; else the interpreter's list of thread states, matched
 //! by `native_thread_id`), walks its frames newest first into a [`PythonStack`] of
-//! (frame, code object, instruction) triples, and [`PythonProcess::frame_info`] names
-//! them (qualified name, file, first line, line) from a bounded cache. Every read is
+//! (frame, code object, instruction) triples, and [`PythonProcess::name_frames`] names
+//! their code objects into a bounded cache, handing back the sample's [`PythonNames`]
+//! (qualified name, file, first line, line of each frame). Every read is
 //! bounded, and anything the target's memory says is checked before it is followed.
 //!
 //! The eBPF sampler walks the same chain in its BPF program with the same offsets; this
@@ -29,10 +30,12 @@ use std::sync::Arc;
 use object::read::elf::ElfFile64;
 use object::{Endianness, Object, ObjectSymbol};
 
-use crate::files::{open_mapped, BudgetedFile, FileBudget};
-use crate::maps::ProcessMaps;
-use crate::memory::{ProcessMemory, ReadMethod};
-use crate::thread::tls::{loaded_modules, resolve, ElfCache, Libc, Resolution, TargetMemory};
+use otel_ctx_reader::files::{open_mapped, BudgetedFile, FileBudget};
+use otel_ctx_reader::maps::ProcessMaps;
+use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
+use otel_ctx_reader::thread::tls::{
+    loaded_modules, resolve, ElfCache, Libc, Resolution, TargetMemory,
+};
 
 pub use names::{
     CodeCache, CodeInfo, MAX_CACHED_CODES, MAX_CACHE_BYTES, MAX_LINE_TABLE, MAX_NAME_CHARS,
@@ -152,7 +155,7 @@ struct Symbols {
 
 /// A process's CPython interpreter, found once ([`find`](Self::find)) and kept for the
 /// process's life: the one per followed process a sampler owns. On evidence that it
-/// changed (its modules changed, as [`ThreadReader::refresh_modules`](crate::ThreadReader::refresh_modules)
+/// changed (its modules changed, as [`ThreadReader::refresh_modules`](otel_ctx_reader::ThreadReader::refresh_modules)
 /// says, or its walks keep failing with [`PythonError::Memory`]), find it again and
 /// replace it (the eBPF sampler's entry with it, `EbpfSampler::set_process_python`
 /// in a build with `ebpf`); the thread states it remembers are checked at every use.
@@ -168,6 +171,8 @@ pub struct PythonProcess {
     tstate_tls: Option<Resolution>,
     memory: ProcessMemory,
     codes: CodeCache,
+    /// The code objects of the last sample named that could not be read, and why.
+    failed: Vec<(u64, u64, PythonError)>,
     threads: std::cell::RefCell<std::collections::HashMap<u32, u64>>,
 }
 
@@ -275,6 +280,7 @@ impl PythonProcess {
             tstate_tls,
             memory,
             codes: CodeCache::default(),
+            failed: Vec::new(),
             threads: Default::default(),
         };
         // An interpreter has a main interpreter with a thread list: anything else is not
@@ -329,31 +335,96 @@ impl PythonProcess {
         &self.codes
     }
 
-    /// The names of `frame`: its code object's (from the cache, or read now and checked:
-    /// its type, and the stamp it had when sampled) and its line.
-    /// [`PythonError::Incomplete`] for a frame that had not started.
-    pub fn frame_info(&mut self, frame: &PythonFrame) -> Result<FrameInfo, PythonError> {
-        if frame.is_shim() {
-            return Err(PythonError::Incomplete);
+    /// Names the code objects of `frames` that the cache lacks (each read now and
+    /// checked: its type, and the stamp it had when sampled), and hands back the names of
+    /// every frame of the sample: the table a profiler names them through, without
+    /// reading the target again. A failure to read one is kept for that frame.
+    pub fn name_frames(&mut self, frames: &[PythonFrame]) -> PythonNames<'_> {
+        self.failed.clear();
+        let resets = self.codes.resets;
+        for frame in frames.iter().filter(|f| !f.is_shim()) {
+            self.name(frame);
         }
-        let code = self.codes.get(
+        if self.codes.resets != resets {
+            // The cache started again while the frames were named: name them again, so
+            // that all of them are in it (its bounds hold far more than one sample).
+            self.failed.clear();
+            for frame in frames.iter().filter(|f| !f.is_shim()) {
+                self.name(frame);
+            }
+        }
+        PythonNames {
+            codes: &self.codes,
+            failed: &self.failed,
+            eval: self.eval.clone(),
+        }
+    }
+
+    fn name(&mut self, frame: &PythonFrame) {
+        if let Err(e) = self.codes.get(
             &self.memory,
             &self.offsets,
             self.code_type,
             frame.code,
             frame.stamp,
-        )?;
+        ) {
+            self.failed.push((frame.code, frame.stamp, e));
+        }
+    }
+}
+
+/// The names of one sample's Python frames, as [`PythonProcess::name_frames`] read them:
+/// a table to look them up in, which reads nothing.
+#[derive(Debug, Clone)]
+pub struct PythonNames<'a> {
+    codes: &'a CodeCache,
+    failed: &'a [(u64, u64, PythonError)],
+    eval: Option<Range<u64>>,
+}
+
+impl PythonNames<'_> {
+    /// The names of `frame` (one of the frames named): its code object's, and its line.
+    /// [`PythonError::Incomplete`] for a frame that had not started.
+    pub fn frame_info(&self, frame: &PythonFrame) -> Result<FrameInfo, PythonError> {
+        if frame.is_shim() {
+            return Err(PythonError::Incomplete);
+        }
+        let Some(code) = self.codes.lookup(frame.code, frame.stamp) else {
+            return Err(self
+                .failed
+                .iter()
+                .find(|(code, stamp, _)| *code == frame.code && *stamp == frame.stamp)
+                .map_or(
+                    PythonError::Memory {
+                        what: "a code object not named with its sample",
+                        address: frame.code,
+                    },
+                    |(_, _, e)| e.clone(),
+                ));
+        };
         if !frame.is_generator() && frame.instruction < code.first_traceable {
             return Err(PythonError::Incomplete);
         }
         let line = code.line(frame.instruction);
-        Ok(FrameInfo { code, line })
+        Ok(FrameInfo {
+            code: code.clone(),
+            line,
+        })
+    }
+
+    /// Where `_PyEval_EvalFrameDefault` is in the process: a native frame there runs
+    /// Python frames (`None` when the symbol has no size).
+    pub fn eval_range(&self) -> Option<Range<u64>> {
+        self.eval.clone()
     }
 }
 
 /// The `.dynsym` entries of [`SYMBOLS`] in `file` (value, size), read under the default
 /// budget; `None` when the file cannot be read.
-fn dynamic_symbols(pid: u32, file: &crate::maps::MappedFile) -> Option<[Option<(u64, u64)>; 4]> {
+fn dynamic_symbols(
+    pid: u32,
+    file: &otel_ctx_reader::maps::MappedFile,
+) -> Option<[Option<(u64, u64)>; 4]> {
     let opened = open_mapped(pid, file).ok()?;
     let budgeted = BudgetedFile::new(opened.file, opened.size, FileBudget::default());
     let elf = ElfFile64::<Endianness, _>::parse(budgeted.read()).ok()?;

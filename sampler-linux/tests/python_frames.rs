@@ -6,8 +6,9 @@
 #[path = "python_support/mod.rs"]
 mod python_support;
 
-use otel_ctx_reader::python::{PythonProcess, PythonStack};
-use otel_ctx_reader::{ProcessMaps, RecordBuffer, StackBuffer, ThreadReader};
+use otel_ctx_reader::{ProcessMaps, RecordBuffer, ThreadReader};
+use otel_ctx_sampler::python::{PythonProcess, PythonStack};
+use otel_ctx_sampler::stack::{sample_with_python_into, StackBuffer};
 use python_support::{shows_chain, start, Publisher, Runtime};
 
 fn hex(bytes: &[u8]) -> String {
@@ -41,22 +42,29 @@ fn walks(runtime: Runtime, publisher: Publisher) {
     let mut good = 0;
     for _ in 0..rounds {
         for (n, &tid) in target.workers.iter().enumerate() {
-            let (_, context, walked) = reader
-                .sample_with_python_into(tid, &mut record, &mut stack, &python, &mut frames)
-                .expect("a sample");
+            let (_, context, walked) = sample_with_python_into(
+                &mut reader,
+                tid,
+                &mut record,
+                &mut stack,
+                &python,
+                &mut frames,
+            )
+            .expect("a sample");
             walked.unwrap_or_else(|e| panic!("{}: the walk: {e}", target.label));
             let route = context.as_ref().and_then(|c| {
                 c.attribute("http.route")
                     .map(|r| String::from_utf8_lossy(r).into_owned())
             });
             let trace = context.as_ref().map(|c| hex(&c.trace_id()));
+            let table = python.name_frames(frames.frames());
             let names: Vec<String> = frames
                 .frames()
                 .iter()
                 .rev()
-                .filter_map(|f| match python.frame_info(f) {
+                .filter_map(|f| match table.frame_info(f) {
                     Ok(info) => Some(Ok(info.code.qualname.to_string())),
-                    Err(otel_ctx_reader::python::PythonError::Incomplete) => None,
+                    Err(otel_ctx_sampler::python::PythonError::Incomplete) => None,
                     Err(e) => Some(Err(e)),
                 })
                 .collect::<Result<_, _>>()
@@ -123,7 +131,7 @@ fn python_313_debug_build_through_its_thread_local() {
         "{tls:?}"
     );
     let (mut stack, mut frames) = (StackBuffer::default(), PythonStack::new());
-    let stacks = otel_ctx_reader::thread::StackReader::new(target.pid);
+    let stacks = otel_ctx_sampler::stack::StackReader::new(target.pid);
     let (mut good, mut total) = (0, 0);
     for _ in 0..40 {
         for &tid in &target.workers {
@@ -131,11 +139,12 @@ fn python_313_debug_build_through_its_thread_local() {
                 .sample_with_python_into(tid, &mut stack, &python, &mut frames)
                 .expect("a sample");
             walked.unwrap_or_else(|e| panic!("{}: the walk: {e}", target.label));
+            let table = python.name_frames(frames.frames());
             let names: Vec<String> = frames
                 .frames()
                 .iter()
                 .rev()
-                .filter_map(|f| python.frame_info(f).ok())
+                .filter_map(|f| table.frame_info(f).ok())
                 .map(|info| info.code.qualname.to_string())
                 .collect();
             let names: Vec<&str> = names.iter().map(String::as_str).collect();

@@ -15,7 +15,7 @@
  * Built by clang (`-target bpf -O2 -g`); the thread pointer is read through BTF / CO-RE
  * relocations on the minimal kernel structures below, so no vmlinux.h is needed. The
  * layout of `struct ctx_config`, `struct ctx_target` and `struct ctx_sample` is mirrored
- * by `reader-linux/src/ebpf/wire.rs`.
+ * by `sampler-linux/src/ebpf/wire.rs`.
  */
 
 #include "types.h"

@@ -15,10 +15,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::procfs;
-use crate::thread::reader::{RecordBuffer, ThreadReader};
-use crate::thread::stack::StackBuffer;
-use crate::thread::tls::{PtraceError, SampleError};
+use crate::stack::{sample_with_python_into, sample_with_stack_into, StackBuffer};
+use otel_ctx_reader::procfs;
+use otel_ctx_reader::thread::tls::{PtraceError, SampleError};
+use otel_ctx_reader::thread::{RecordBuffer, ThreadReader};
 
 use super::process::Process;
 use super::{deliver, PythonSample, Sample, SamplerError, SamplerOptions, SamplerStats, Threads};
@@ -84,7 +84,7 @@ impl Rounds {
         on_sample: &mut F,
     ) -> Result<(), SamplerError>
     where
-        F: FnMut(&mut Sample<'_>) -> bool,
+        F: FnMut(&Sample<'_>) -> bool,
     {
         stats.rounds += 1;
         for &pid in order {
@@ -112,21 +112,22 @@ impl Rounds {
                 // The Python walk's own outcome (`None`: no walk).
                 let mut walked = None;
                 let taken = match (reader.as_deref_mut(), &mut self.stack, python.as_ref()) {
-                    (Some(reader), Some(stack), Some(interpreter)) => reader
-                        .sample_with_python_into(
-                            tid,
-                            &mut self.records,
-                            stack,
-                            interpreter,
-                            python_frames,
-                        )
-                        .map(|(registers, context, python)| {
-                            walked = Some(python);
-                            (Some(registers), context)
-                        }),
-                    (Some(reader), Some(stack), None) => reader
-                        .sample_with_stack_into(tid, &mut self.records, stack)
-                        .map(|(registers, context)| (Some(registers), context)),
+                    (Some(reader), Some(stack), Some(interpreter)) => sample_with_python_into(
+                        reader,
+                        tid,
+                        &mut self.records,
+                        stack,
+                        interpreter,
+                        python_frames,
+                    )
+                    .map(|(registers, context, python)| {
+                        walked = Some(python);
+                        (Some(registers), context)
+                    }),
+                    (Some(reader), Some(stack), None) => {
+                        sample_with_stack_into(reader, tid, &mut self.records, stack)
+                            .map(|(registers, context)| (Some(registers), context))
+                    }
                     (Some(reader), None, _) => reader
                         .sample_into(tid, &mut self.records)
                         .map(|context| (None, context)),
@@ -154,13 +155,14 @@ impl Rounds {
                     _ => &[],
                 };
                 let python = match (walked.as_ref(), python.as_mut()) {
-                    (Some(walked), Some(interpreter)) => Some(PythonSample {
-                        interpreter,
-                        frames: walked.as_ref().map(|()| python_frames.frames()),
-                    }),
+                    (Some(walked), Some(interpreter)) => {
+                        let frames = walked.as_ref().map(|()| python_frames.frames());
+                        let names = interpreter.name_frames(frames.unwrap_or_default());
+                        Some(PythonSample { frames, names })
+                    }
                     _ => None,
                 };
-                let mut sample = Sample {
+                let sample = Sample {
                     pid,
                     tid,
                     thread_name: names.get(pid, tid),
@@ -172,8 +174,9 @@ impl Rounds {
                         Err(e) => Err(e),
                     },
                     python,
+                    weight_ns: 0,
                 };
-                let changed = deliver(stats, &mut sample, on_sample);
+                let changed = deliver(stats, &sample, on_sample);
                 drop(sample);
                 *suspect |= changed;
             }

@@ -32,9 +32,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use otel_ctx_reader::ebpf::{EbpfOptions, EbpfSampler};
 use otel_ctx_reader::thread::ThreadReaderOptions;
 use otel_ctx_reader::{RecordBuffer, ThreadReader};
+use otel_ctx_sampler::ebpf::{EbpfOptions, EbpfSampler};
 
 const TESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
 const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
@@ -51,7 +51,9 @@ impl Target {
             .args(["-O2", "-pthread", "-rdynamic", "-o"])
             .arg(&exe)
             .arg(format!("{TESTS}/ebpf_fixtures/counting.c"))
-            .arg(format!("{TESTS}/fixtures/tls/writer.c"))
+            .arg(format!(
+                "{TESTS}/../../reader-linux/tests/fixtures/tls/writer.c"
+            ))
             .status()
             .expect("run gcc");
         assert!(status.success(), "gcc failed");

@@ -2,7 +2,7 @@
 
 use super::names::stamp;
 use super::{PythonError, PythonProcess};
-use crate::thread::tls::TargetMemory;
+use otel_ctx_reader::thread::tls::TargetMemory;
 
 /// The most Python frames one sample walks (user space); a longer chain, or one that
 /// loops, is [`PythonError::Loop`].
@@ -26,7 +26,8 @@ pub(crate) const FLAG_SHIM: u8 = 4;
 /// `FRAME_OWNED_BY_GENERATOR` (`Include/internal/pycore_frame.h`, 3.11 to 3.14).
 const OWNED_BY_GENERATOR: u8 = 1;
 
-/// One Python frame as sampled: what names it later ([`PythonProcess::frame_info`]).
+/// One Python frame as sampled: what names it later
+/// ([`PythonNames::frame_info`](super::PythonNames::frame_info)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PythonFrame {
     /// The `_PyInterpreterFrame`'s address.

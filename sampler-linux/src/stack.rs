@@ -1,14 +1,15 @@
 //! What a sampler captures of a thread besides its context, for a profiler to unwind:
 //! the user registers a stack walk starts from, and a copy of the top of the user stack.
 //!
-//! The reader only copies; unwinding, symbols and output formats belong to the layer
+//! The sampler only copies; unwinding, symbols and output formats belong to the layer
 //! above it (the `otel-ctx-profile` crate, or a profiler's own), so a profiler that
-//! embeds the reader brings its own.
+//! embeds the sampler brings its own.
 
-use crate::error::Error;
-use crate::memory::{ProcessMemory, ReadMethod};
+use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
+use otel_ctx_reader::thread::tls::{SampleError, StoppedThread};
+use otel_ctx_reader::{Error, RecordBuffer, ThreadContextRef, ThreadReader, UserRegisters};
+
 use crate::python::{PythonError, PythonProcess, PythonStack};
-use crate::thread::tls::{SampleError, StoppedThread};
 
 /// The stack copied by default: the top 16 KiB, enough for a few dozen frames of most
 /// programs, at a fixed cost per sample.
@@ -17,20 +18,6 @@ pub const DEFAULT_STACK_SIZE: usize = 16 * 1024;
 /// Largest stack copy a sampler accepts (the eBPF sampler's ring-buffer record has room
 /// for no more).
 pub const MAX_STACK_SIZE: usize = 64 * 1024;
-
-/// The user registers an unwinder starts from, as they were when the thread was
-/// interrupted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UserRegisters {
-    /// The instruction pointer (`rip`, `pc`).
-    pub ip: u64,
-    /// The stack pointer (`rsp`, `sp`).
-    pub sp: u64,
-    /// The frame pointer (`rbp`, `x29`).
-    pub fp: u64,
-    /// The link register (`x30`) on aarch64; 0 on x86_64.
-    pub lr: u64,
-}
 
 /// The caller's buffer for a stack copy, reused from sample to sample: its capacity is
 /// the size copied, fixed when it is made, so sampling into it never allocates.
@@ -90,7 +77,7 @@ impl StackBuffer {
 /// and copies the top of its stack (from the stack pointer up, at most `stack`'s
 /// capacity, less where the stack's mapping ends) into `stack`: the stack half of every
 /// ptrace sample, with a thread context or without.
-pub(crate) fn copy_stopped_stack(
+fn copy_stopped_stack(
     stopped: &StoppedThread,
     memory: &ProcessMemory,
     stack: &mut StackBuffer,
@@ -107,11 +94,56 @@ pub(crate) fn copy_stopped_stack(
     Ok((registers, thread_pointer))
 }
 
+/// Stops thread `tid` of `reader`'s process, takes its user registers, copies the top of
+/// its stack (from the stack pointer up, at most `stack`'s capacity, less where the
+/// stack's mapping ends) into `stack`, reads its thread context into `buffer` as
+/// [`ThreadReader::sample_into`] does, and lets it go: what a profiler unwinds and
+/// labels. Allocation-free as `sample_into` is.
+pub fn sample_with_stack_into<'a>(
+    reader: &'a mut ThreadReader,
+    tid: u32,
+    buffer: &'a mut RecordBuffer,
+    stack: &mut StackBuffer,
+) -> Result<(UserRegisters, Option<ThreadContextRef<'a>>), SampleError> {
+    reader.sample_stopped_into(tid, buffer, |stopped, memory| {
+        copy_stopped_stack(stopped, memory, stack)
+    })
+}
+
+/// Like [`sample_with_stack_into`], and while the thread is stopped also walks its
+/// Python frames with `python` (the process's interpreter, [`PythonProcess::find`]) into
+/// `frames`. The walk's own failure is the third value: the sample keeps its native
+/// stack and context whatever it says.
+#[allow(clippy::type_complexity)]
+pub fn sample_with_python_into<'a>(
+    reader: &'a mut ThreadReader,
+    tid: u32,
+    buffer: &'a mut RecordBuffer,
+    stack: &mut StackBuffer,
+    python: &PythonProcess,
+    frames: &mut PythonStack,
+) -> Result<
+    (
+        UserRegisters,
+        Option<ThreadContextRef<'a>>,
+        Result<(), PythonError>,
+    ),
+    SampleError,
+> {
+    let ((registers, walked), context) =
+        reader.sample_stopped_into(tid, buffer, |stopped, memory| {
+            let (registers, thread_pointer) = copy_stopped_stack(stopped, memory, stack)?;
+            let walked = python.sample(tid, Some(thread_pointer), frames);
+            Ok(((registers, walked), thread_pointer))
+        })?;
+    Ok((registers, context, walked))
+}
+
 /// The stacks of a process's threads without their thread contexts: for a process that
 /// publishes none (it exports no `otel_thread_ctx_v1`), which a profiler still samples
 /// by its registers and stack. The ptrace twin of the eBPF sampler's
-/// `add_process_stacks`; a [`ThreadReader`](crate::ThreadReader) takes the same stack
-/// with the context, and the [`Sampler`](crate::Sampler) samples such a process with it.
+/// `add_process_stacks`; [`sample_with_stack_into`] takes the same stack with the
+/// context, and the [`Sampler`](crate::Sampler) samples such a process with it.
 #[derive(Debug)]
 pub struct StackReader {
     pid: u32,
@@ -134,12 +166,11 @@ impl StackReader {
 
     /// The process's thread ids, in increasing order.
     pub fn tids(&self) -> Result<Vec<u32>, Error> {
-        crate::procfs::thread_ids(self.pid)
+        otel_ctx_reader::procfs::thread_ids(self.pid)
     }
 
     /// Stops thread `tid`, takes its user registers, copies the top of its stack into
-    /// `stack` (as [`ThreadReader::sample_with_stack_into`](crate::ThreadReader::sample_with_stack_into)
-    /// does), and lets it go. Allocation-free.
+    /// `stack` (as [`sample_with_stack_into`] does), and lets it go. Allocation-free.
     pub fn sample_stack_into(
         &self,
         tid: u32,

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
-#include "../fixtures/tls/writer.h"
+#include "../../../reader-linux/tests/fixtures/tls/writer.h"
 
 #ifdef DLOPEN
 #include <dlfcn.h>

@@ -19,7 +19,7 @@
 //!         false // the sample gave no sign that the process's mappings changed
 //!     })?;
 //! }
-//! # Ok::<(), otel_ctx_reader::SamplerError>(())
+//! # Ok::<(), otel_ctx_sampler::SamplerError>(())
 //! ```
 //!
 //! The refresh policy, the same for both ways: the key map is looked at again every
@@ -33,24 +33,40 @@
 //! times, and read for its contexts once it exports the symbol. Every second the
 //! followed processes are checked for having exited (or been replaced by another with
 //! their id): [`Step::exited`] names them.
+//!
+//! Beside the sampler, in named modules: [`stack`] (the stack copy of a ptrace sample,
+//! with the thread context or without: [`stack::StackReader`],
+//! [`stack::sample_with_python_into`]), [`python`] (CPython 3.11, 3.13 and 3.14's own
+//! frames: the interpreter found by `_PyRuntime`, each thread's frame chain, the code
+//! objects' names in a bounded cache), and with `ebpf` the BPF program's own sampler and
+//! the publication hook (`ebpf`). Everything it reads of a target goes through
+//! `otel-ctx-reader` (maps, memory, files, the ptrace stop, TLS resolution), below it.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
+#[cfg(feature = "ebpf")]
+pub mod ebpf;
 mod process;
 mod ptrace;
+pub mod python;
+pub mod stack;
 mod tally;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
-use crate::maps::ProcessMaps;
-use crate::python::{PythonError, PythonFrame, PythonProcess, PythonStack};
-use crate::thread::reader::{
+use crate::python::{PythonError, PythonFrame, PythonNames, PythonProcess, PythonStack};
+use crate::stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
+use otel_ctx_reader::maps::ProcessMaps;
+use otel_ctx_reader::thread::tls::SampleError;
+use otel_ctx_reader::thread::{
     ThreadContextRef, ThreadError, ThreadReader, ThreadReaderOptions, ThreadReport,
 };
-use crate::thread::stack::{UserRegisters, DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
-use crate::thread::tls::SampleError;
+use otel_ctx_reader::Error;
+use otel_ctx_reader::UserRegisters;
 
 pub use process::{Following, PreparedProcess};
+pub use stack::StackBuffer;
 pub use tally::{AttributeTally, NO_CONTEXT, UNREADABLE};
 
 use process::Process;
@@ -243,9 +259,9 @@ pub enum SamplerError {
     },
 }
 
-/// One sample, as [`Sampler::step`] hands it over: borrowed until the callback returns
-/// (mutably: naming its Python frames fills the interpreter's cache).
-#[derive(Debug)]
+/// One sample, as [`Sampler::step`] hands it over (borrowed until the callback returns),
+/// and as a profiler takes it: the one shape of a sample from the sampler up.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Sample<'a> {
     /// The thread's process.
@@ -267,21 +283,59 @@ pub struct Sample<'a> {
     pub context: Result<Option<ThreadContextRef<'a>>, &'a SampleError>,
     /// Its Python frames, when its process runs CPython ([`SamplerOptions::python`]).
     pub python: Option<PythonSample<'a>>,
+    /// The time it stands for, in nanoseconds; 0: one sampling period.
+    pub weight_ns: u64,
 }
 
-/// A sample's Python frames, with the interpreter that names their code objects.
-#[derive(Debug)]
+/// A sample's Python frames, with the names of their code objects, read by the sampler
+/// before it hands the sample over.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct PythonSample<'a> {
-    /// The process's interpreter: its code objects are named through it (their names
-    /// are cached there), while the process runs.
-    pub interpreter: &'a mut PythonProcess,
     /// The frames, newest first, as the walk found them (shims among them), or why it
     /// could not walk them (the sample keeps its native stack).
     pub frames: Result<&'a [PythonFrame], &'a PythonError>,
+    /// Their names ([`PythonNames::frame_info`]) and where the evaluation loop is.
+    pub names: PythonNames<'a>,
 }
 
 impl<'a> Sample<'a> {
+    /// A sample of thread `tid` (named `thread_name`) of process `pid`: its registers and
+    /// stack copy, without a context or Python frames, of one sampling period's weight.
+    pub fn new(
+        pid: u32,
+        tid: u32,
+        thread_name: &'a str,
+        registers: Option<UserRegisters>,
+        stack: &'a [u8],
+    ) -> Self {
+        Self {
+            pid,
+            tid,
+            thread_name,
+            registers,
+            stack,
+            kernel_frames: &[],
+            context: Ok(None),
+            python: None,
+            weight_ns: 0,
+        }
+    }
+
+    /// Sets [`context`](Self::context): a record read some other way.
+    #[must_use]
+    pub fn with_context(mut self, context: Option<ThreadContextRef<'a>>) -> Self {
+        self.context = Ok(context);
+        self
+    }
+
+    /// Sets [`weight_ns`](Self::weight_ns).
+    #[must_use]
+    pub const fn with_weight_ns(mut self, weight: u64) -> Self {
+        self.weight_ns = weight;
+        self
+    }
+
     /// The thread context, if the sample has one.
     pub fn context(&self) -> Option<&ThreadContextRef<'a>> {
         self.context.as_ref().ok().and_then(Option::as_ref)
@@ -571,7 +625,7 @@ impl Sampler {
     /// exited processes are dropped (both said in the returned [`Step`]).
     pub fn step<F>(&mut self, wait: Duration, mut on_sample: F) -> Result<Step, SamplerError>
     where
-        F: FnMut(&mut Sample<'_>) -> bool,
+        F: FnMut(&Sample<'_>) -> bool,
     {
         let Self {
             engine,
@@ -596,15 +650,14 @@ impl Sampler {
                     let python = match process.python.as_mut() {
                         Some(interpreter) if s.python.is_walked() => {
                             walked = s.python.frames_into(python_frames);
-                            Some(PythonSample {
-                                interpreter,
-                                frames: walked.as_ref().map(|()| python_frames.frames()),
-                            })
+                            let frames = walked.as_ref().map(|()| python_frames.frames());
+                            let names = interpreter.name_frames(frames.unwrap_or_default());
+                            Some(PythonSample { frames, names })
                         }
                         _ => None,
                     };
                     let suspect = {
-                        let mut sample = Sample {
+                        let sample = Sample {
                             pid: s.pid,
                             tid: s.tid,
                             thread_name: process.names.get(s.pid, s.tid),
@@ -616,8 +669,9 @@ impl Sampler {
                                 Err(e) => Err(e),
                             },
                             python,
+                            weight_ns: 0,
                         };
-                        deliver(stats, &mut sample, &mut on_sample)
+                        deliver(stats, &sample, &mut on_sample)
                     };
                     process.suspect |= suspect;
                 }
@@ -662,9 +716,11 @@ impl Sampler {
             }
             for ((pid, tid), (name, context)) in last {
                 // Gone since its sample: left out, as a ptrace read leaves it out.
-                if crate::procfs::task_stat(pid, tid).is_some() && self.readers.contains_key(&pid) {
+                if otel_ctx_reader::procfs::task_stat(pid, tid).is_some()
+                    && self.readers.contains_key(&pid)
+                {
                     let context = Ok(context);
-                    reports.push((pid, ThreadReport { tid, name, context }));
+                    reports.push((pid, ThreadReport::new(tid, name, context)));
                 }
             }
         } else {
@@ -718,9 +774,9 @@ impl Sampler {
 
 /// Counts a sample and hands it to the caller; whether the process may have changed
 /// (the caller said so, or the slot could not be computed).
-fn deliver<F>(stats: &mut SamplerStats, sample: &mut Sample<'_>, on_sample: &mut F) -> bool
+fn deliver<F>(stats: &mut SamplerStats, sample: &Sample<'_>, on_sample: &mut F) -> bool
 where
-    F: FnMut(&mut Sample<'_>) -> bool,
+    F: FnMut(&Sample<'_>) -> bool,
 {
     stats.samples += 1;
     let mut suspect = false;
@@ -758,7 +814,7 @@ mod tests {
     use std::error::Error as _;
 
     use super::*;
-    use crate::thread::tls::PtraceError;
+    use otel_ctx_reader::thread::tls::PtraceError;
 
     #[test]
     fn every_error_says_its_source() {

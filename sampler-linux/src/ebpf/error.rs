@@ -6,7 +6,7 @@ use std::io;
 use super::BTF_PATH;
 
 /// Why the eBPF sampler cannot run. The ptrace reader
-/// ([`ThreadReader`](crate::ThreadReader)) still works in every one of these cases.
+/// ([`ThreadReader`](otel_ctx_reader::ThreadReader)) still works in every one of these cases.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EbpfError {

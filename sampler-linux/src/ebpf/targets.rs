@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 
-use crate::thread::reader::ThreadReader;
-use crate::thread::tls::Resolution;
+use otel_ctx_reader::thread::tls::Resolution;
+use otel_ctx_reader::thread::ThreadReader;
 
 /// The thread readers that name an [`EbpfSampler`](super::EbpfSampler)'s samples: the
 /// reader of a sample's process is found by the sample's process id. One
@@ -143,7 +143,7 @@ impl Targets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::thread::tls::{AccessModel, Libc, Machine, SlotLocation, SymbolTable};
+    use otel_ctx_reader::thread::tls::{AccessModel, Libc, Machine, SlotLocation, SymbolTable};
 
     fn resolution(offset: i64) -> Resolution {
         Resolution {

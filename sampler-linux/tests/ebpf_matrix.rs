@@ -13,15 +13,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use otel_ctx_codec::record::RecordHeader;
-use otel_ctx_reader::ebpf::{EbpfOptions, EbpfSampler};
 use otel_ctx_reader::thread::tls::AccessModel;
 use otel_ctx_reader::thread::tls::SlotLocation;
 use otel_ctx_reader::thread::{OwnedThreadContext, ThreadReaderOptions, ThreadReport};
-use otel_ctx_reader::{Method, Sampler, SamplerOptions, ThreadContextRef, ThreadReader};
+use otel_ctx_reader::{ThreadContextRef, ThreadReader};
+use otel_ctx_sampler::ebpf::{EbpfOptions, EbpfSampler};
+use otel_ctx_sampler::{Method, Sampler, SamplerOptions};
 
 // Shared with `tls_matrix.rs`, which uses all of it (this test leaves `Printed::slot`).
 #[allow(dead_code)]
-#[path = "fixtures/tls/matrix.rs"]
+#[path = "../../reader-linux/tests/fixtures/tls/matrix.rs"]
 mod matrix;
 
 use matrix::{start, Target};
@@ -548,7 +549,7 @@ fn one_sampler_many_processes() {
     check_sampled(&c, &seen, &expected, "after a removal");
     assert!(matches!(
         sampler.set_process_resolution(pa, readers[&pb].resolution()),
-        Err(otel_ctx_reader::ebpf::EbpfError::UnknownProcess { pid }) if pid == pa
+        Err(otel_ctx_sampler::ebpf::EbpfError::UnknownProcess { pid }) if pid == pa
     ));
 
     // Adding a process again replaces its entry.
@@ -599,13 +600,13 @@ fn one_sampler_many_processes() {
 fn no_more_processes_than_room() {
     assert_eq!(
         EbpfOptions::default().max_processes,
-        otel_ctx_reader::ebpf::EBPF_MAX_PROCESSES
+        otel_ctx_sampler::ebpf::EBPF_MAX_PROCESSES
     );
     assert_eq!(
         EbpfOptions::default()
             .with_max_processes(usize::MAX)
             .max_processes,
-        otel_ctx_reader::ebpf::EBPF_MAX_PROCESSES
+        otel_ctx_sampler::ebpf::EBPF_MAX_PROCESSES
     );
     let exe = matrix::busy_fixture();
     let targets = [start(&exe, &[], &[]), start(&exe, &[], &[])];
@@ -616,7 +617,7 @@ fn no_more_processes_than_room() {
     // The same process again replaces its entry: no room needed.
     sampler.add_process(&readers[0]).expect("replace");
     match sampler.add_process(&readers[1]) {
-        Err(otel_ctx_reader::ebpf::EbpfError::TooManyProcesses { max: 1 }) => {}
+        Err(otel_ctx_sampler::ebpf::EbpfError::TooManyProcesses { max: 1 }) => {}
         other => panic!("a second process: {other:?}"),
     }
     assert_eq!(sampler.pids().collect::<Vec<_>>(), [readers[0].pid()]);
@@ -697,7 +698,7 @@ fn name_mappings(exe: &Path, names: &[&str]) -> std::process::Child {
 }
 
 /// The pids the hook reports within `window`.
-fn reported(hook: &mut otel_ctx_reader::ebpf::PublicationHook, window: Duration) -> Vec<u32> {
+fn reported(hook: &mut otel_ctx_sampler::ebpf::PublicationHook, window: Duration) -> Vec<u32> {
     let (mut pids, end) = (Vec::new(), Instant::now() + window);
     while Instant::now() < end {
         hook.wait(Duration::from_millis(20)).expect("wait");
@@ -711,7 +712,7 @@ fn reported(hook: &mut otel_ctx_reader::ebpf::PublicationHook, window: Duration)
 #[test]
 fn the_publication_hook_reports_who_names_otel_ctx() {
     let exe = prctl_names();
-    let mut hook = otel_ctx_reader::ebpf::PublicationHook::new().unwrap_or_else(|e| {
+    let mut hook = otel_ctx_sampler::ebpf::PublicationHook::new().unwrap_or_else(|e| {
         panic!("the publication hook: {e} (this test needs root and tracefs mounted)")
     });
     // Other names, a longer one, a shorter one, and another option: not reported.

@@ -6,8 +6,8 @@ mod spinner;
 use spinner::Spinner;
 
 use otel_ctx_reader::thread::tls::PtraceError;
-use otel_ctx_reader::thread::StackReader;
-use otel_ctx_reader::{ProcessMaps, SampleError, StackBuffer, ThreadError, ThreadReader};
+use otel_ctx_reader::{ProcessMaps, SampleError, ThreadError, ThreadReader};
+use otel_ctx_sampler::stack::{StackBuffer, StackReader};
 
 #[test]
 fn a_process_without_thread_contexts_sampled_by_its_stacks() {

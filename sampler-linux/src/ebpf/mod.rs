@@ -40,9 +40,9 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::PerfEvent;
 use aya::{Ebpf, EbpfLoader};
 
-use crate::thread::reader::{ThreadContextRef, ThreadReader};
-use crate::thread::stack::UserRegisters;
-use crate::thread::tls::{Resolution, SampleError, SlotContents};
+use otel_ctx_reader::thread::tls::{Resolution, SampleError, SlotContents};
+use otel_ctx_reader::thread::{ThreadContextRef, ThreadReader};
+use otel_ctx_reader::UserRegisters;
 
 use error::{explain, is_permission, load_error};
 use targets::Targets;
