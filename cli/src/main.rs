@@ -55,17 +55,16 @@ enum Command {
         /// OTEP 4947 do neither.
         #[arg(long)]
         raw_keys: bool,
-        /// Read the thread contexts with the eBPF sampler instead of stopping each thread:
-        /// lists the threads that ran during a 300 ms window, each as last sampled (needs
-        /// root and a kernel with BTF; built with the `ebpf` feature).
-        #[arg(long)]
-        ebpf: bool,
+        // With `--sampler ebpf`, the threads that ran during a 300 ms window are listed,
+        // each as last sampled.
+        #[command(flatten)]
+        sampler: commands::SamplerFlag,
     },
     /// Sample every thread's context and count samples per attribute value.
     Watch {
         /// The process id.
         pid: u32,
-        /// Samples per second (every thread is sampled in each round).
+        /// Samples per second: on every CPU with eBPF, of every thread with ptrace.
         #[arg(long, default_value_t = 99)]
         hz: u32,
         /// How long to sample, such as `10s`; Ctrl-C stops earlier.
@@ -81,12 +80,8 @@ enum Command {
         /// Print one JSON summary at the end instead of a table.
         #[arg(long)]
         json: bool,
-        /// Sample with the eBPF sampler instead of ptrace: a BPF program reads the
-        /// context of whichever thread a CPU-clock tick interrupts, at `--hz` on every
-        /// CPU, without stopping threads (needs root and a kernel with BTF; built with
-        /// the `ebpf` feature).
-        #[arg(long)]
-        ebpf: bool,
+        #[command(flatten)]
+        sampler: commands::SamplerFlag,
     },
     /// Profile a process's CPU by trace and route: stacks unwound and symbolized, each
     /// sample labeled with its thread context; written as pprof (`.pb.gz`), folded text
@@ -98,11 +93,8 @@ enum Command {
         /// How long to run, such as `10s`, `500ms` or `2m`; Ctrl-C stops earlier.
         #[arg(long, default_value = "10s", value_parser = commands::parse_duration, allow_negative_numbers = true)]
         duration: Duration,
-        /// Sample the service's threads with the eBPF sampler (99 Hz on every CPU, running
-        /// threads only) instead of stopping each thread (needs root and a kernel with BTF;
-        /// built with the `ebpf` feature).
-        #[arg(long)]
-        ebpf: bool,
+        #[command(flatten)]
+        sampler: commands::SamplerFlag,
         /// Also profile the service over the demo's run (as `otel-ctx profile` does) and
         /// write the profile here (`.pb.gz`, `.folded` or `.svg`).
         #[arg(long)]
@@ -157,8 +149,8 @@ fn main() -> ExitCode {
             pid,
             json,
             raw_keys,
-            ebpf,
-        } => commands::show::run(pid, json, raw_keys, ebpf),
+            sampler,
+        } => commands::show::run(pid, json, raw_keys, sampler.method()),
         Command::Watch {
             pid,
             hz,
@@ -166,15 +158,15 @@ fn main() -> ExitCode {
             by,
             raw_keys,
             json,
-            ebpf,
-        } => commands::watch::run(pid, hz, duration, &by, raw_keys, json, ebpf),
+            sampler,
+        } => commands::watch::run(pid, hz, duration, &by, raw_keys, json, sampler.method()),
         Command::Profile(request) => commands::profile::run(&request),
         #[cfg(feature = "demo")]
         Command::Demo {
             duration,
-            ebpf,
+            sampler,
             profile,
-        } => commands::demo::run(duration, ebpf, profile.as_deref()),
+        } => commands::demo::run(duration, sampler.method(), profile.as_deref()),
         #[cfg(not(feature = "demo"))]
         Command::Demo { .. } => Err(commands::Failure::usage(
             "this otel-ctx was built without the demo service, which links a writer and the \
@@ -237,6 +229,7 @@ fn man(dir: Option<&std::path::Path>) -> Result<(), commands::Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use otel_ctx_sampler::Method;
 
     fn profile(args: &[&str]) -> Result<commands::profile::Request, clap::Error> {
         let argv = ["otel-ctx", "profile"].iter().chain(args);
@@ -264,6 +257,50 @@ mod tests {
         assert!(profile(&["42", "--all"]).is_err(), "both");
         assert!(profile(&["--all", "--otlp=x", "--otlp-file", "f"]).is_err());
         assert!(profile(&["--all", "--otlp-queue", "lots"]).is_err());
+    }
+
+    /// Every command that samples shows one sampler flag, the same in each `--help`,
+    /// and takes its older spellings, hidden.
+    #[test]
+    fn one_sampler_flag_on_every_command_that_samples() {
+        let mut cli = Args::command();
+        let help = |name: &str, cli: &mut clap::Command| {
+            let sub = cli.find_subcommand_mut(name).expect(name);
+            let text = sub.render_long_help().to_string();
+            let at = text
+                .find("--sampler <SAMPLER>")
+                .expect("--sampler in the help");
+            // The flag's own text, up to the next option.
+            let mut lines = text[at..].lines();
+            let first = lines.next().unwrap_or_default();
+            let block: Vec<&str> = std::iter::once(first)
+                .chain(lines.take_while(|l| {
+                    let t = l.trim_start();
+                    !t.starts_with("--") && !t.starts_with("-h, ")
+                }))
+                .collect();
+            assert!(
+                !text.contains("--ebpf") && !text.contains("--ptrace"),
+                "{text}"
+            );
+            block.join("\n")
+        };
+        let show = help("show", &mut cli);
+        assert!(show.contains("ebpf") && show.contains("ptrace"), "{show}");
+        for name in ["watch", "profile", "demo"] {
+            assert_eq!(help(name, &mut cli), show, "{name}");
+        }
+        for (args, method) in [
+            (&["--sampler", "ptrace"][..], Some(Method::Ptrace)),
+            (&["--sampler", "ebpf"], Some(Method::Ebpf)),
+            (&["--ptrace"], Some(Method::Ptrace)),
+            (&["--ebpf"], Some(Method::Ebpf)),
+            (&[], None),
+        ] {
+            let request = profile(&[&["42"][..], args].concat()).expect("parses");
+            assert_eq!(request.sampler.method(), method, "{args:?}");
+        }
+        assert!(profile(&["42", "--ebpf", "--sampler", "ptrace"]).is_err());
     }
 
     /// The DaemonSet example's arguments are the tool's.

@@ -231,6 +231,8 @@ fn work_in_step_with_the_rate_is_seen_evenly_by_the_ptrace_sampler() {
     let out = run(&[
         "watch",
         &fixture.pid.to_string(),
+        "--sampler",
+        "ptrace",
         "--hz",
         "99",
         "--duration",

@@ -106,7 +106,7 @@ fn ebpf_and_ptrace_see_the_same_buckets() {
     );
     let expected = ["(no context)", "/cart", "/checkout", "/search"];
     assert_eq!(buckets(&ebpf), expected, "{doc}");
-    assert_eq!(buckets(&watch(pid, &[])), expected);
+    assert_eq!(buckets(&watch(pid, &["--sampler", "ptrace"])), expected);
 
     // The text view names the sampler.
     let out = Command::new(otel_ctx())
@@ -177,7 +177,7 @@ fn without_the_capabilities_ebpf_says_why_and_ptrace_still_works() {
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains("the eBPF sampler needs root, or CAP_BPF and CAP_PERFMON")
-            && stderr.contains("without --ebpf (ptrace)"),
+            && stderr.contains("with ptrace instead (--sampler ptrace)"),
         "{stderr}"
     );
     let out = dropped(&[]);

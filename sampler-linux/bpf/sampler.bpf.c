@@ -97,7 +97,10 @@ struct pt_regs {
 
 /* `struct py_frame.flags`, as `python::PythonFrame`'s. */
 #define PY_FLAG_ENTRY 1
+#define PY_FLAG_GENERATOR 2
 #define PY_FLAG_SHIM 4
+/* CPython's FRAME_OWNED_BY_GENERATOR (Include/internal/pycore_frame.h, 3.11 to 3.14). */
+#define PY_OWNED_BY_GENERATOR 1
 
 /* How the slot is found (`mode`). */
 #define MODE_OFF 0
@@ -533,8 +536,8 @@ static long py_frame_step(__u64 i, struct py_walk *w) {
             f->code = code;
             f->stamp = word_at(stamp, p->code_filename) ^ ((__u64)line << 48);
             f->instruction = (__u32)((instr - first) / 2);
-            /* FRAME_OWNED_BY_GENERATOR is 1. */
-            f->flags = (entry ? PY_FLAG_ENTRY : 0) | (owner == 1 ? 2 : 0);
+            f->flags = (entry ? PY_FLAG_ENTRY : 0) |
+                       (owner == PY_OWNED_BY_GENERATOR ? PY_FLAG_GENERATOR : 0);
             s->py_count = n + 1;
         } else if (entry && n > 0) {
             above->flags |= PY_FLAG_ENTRY;

@@ -81,6 +81,9 @@ pub const MODULES_FALLBACK: Duration = Duration::from_secs(30);
 const EXIT_CHECK: Duration = Duration::from_secs(1);
 /// The highest rate a sampler takes.
 pub const MAX_FREQUENCY_HZ: u32 = 10_000;
+/// The most processes a sampler follows at once by default, and the most the eBPF
+/// program has room for (its `targets` map, `MAX_PROCESSES` in `bpf/sampler.bpf.c`).
+pub const MAX_PROCESSES: usize = 1024;
 
 /// How a sampler takes its samples.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -154,7 +157,7 @@ impl Default for SamplerOptions {
             frequency_hz: 99,
             stack_size: DEFAULT_STACK_SIZE,
             threads: Threads::Running,
-            max_processes: 1024,
+            max_processes: MAX_PROCESSES,
             thread_reader: ThreadReaderOptions::default(),
             require_known_schema: false,
             python: true,

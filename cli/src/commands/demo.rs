@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use otel_ctx_reader::process::{boottime_ns, OwnedKeyValue, OwnedValue};
 use otel_ctx_reader::procfs::comm;
 use otel_ctx_reader::{Error, ProcessContextReader, Snapshot};
+use otel_ctx_sampler::Method;
 
 use super::tally::Tally;
 use super::text::Screen;
@@ -41,10 +42,15 @@ const STARTUP: Duration = Duration::from_secs(5);
 const HISTORY: usize = 8;
 
 /// Runs the viewer: starts the service, shows what a reader sees, stops the service.
-/// With `ebpf`, the threads are sampled by the eBPF sampler instead of ptrace stops.
-pub fn run(duration: Duration, ebpf: bool, profile: Option<&Path>) -> Result<(), Failure> {
+/// The threads are sampled the way `method` says (`None`: eBPF where it can be used,
+/// else ptrace stops).
+pub fn run(
+    duration: Duration,
+    method: Option<Method>,
+    profile: Option<&Path>,
+) -> Result<(), Failure> {
     #[cfg(not(feature = "ebpf"))]
-    if ebpf {
+    if method == Some(Method::Ebpf) {
         return Err(super::sampler_failure(
             otel_ctx_sampler::SamplerError::NoEbpf,
         ));
@@ -60,7 +66,7 @@ pub fn run(duration: Duration, ebpf: bool, profile: Option<&Path>) -> Result<(),
         .spawn()
         .map_err(|e| Failure::Unusable(format!("cannot start the demo service: {e}")))?;
     let mut service = Service { child };
-    let result = watch(service.child.id(), duration, ebpf, profile);
+    let result = watch(service.child.id(), duration, method, profile);
     let status = service.stop();
     result?;
     let status = status.map_err(Failure::Unusable)?;
@@ -122,9 +128,9 @@ struct View {
 /// Samples per second the live view takes, by ptrace rounds or eBPF ticks.
 const HZ: u32 = 99;
 
-/// Opens the thread sampler of the service, by ptrace or (`ebpf`) by the eBPF sampler.
-fn open_sampler(pid: u32, ebpf: bool) -> Result<Tally, Failure> {
-    Tally::open(pid, HZ, "http.route", false, ebpf)
+/// Opens the thread sampler of the service, the way `method` says.
+fn open_sampler(pid: u32, method: Option<Method>) -> Result<Tally, Failure> {
+    Tally::open(pid, HZ, "http.route", false, method)
 }
 
 /// Starts `otel-ctx profile` on the service for what is left of the demo's run, writing
@@ -144,7 +150,12 @@ fn start_profile(pid: u32, left: Duration, path: &Path) -> Result<Child, Failure
         .map_err(|e| Failure::Unusable(format!("cannot start the profiler: {e}")))
 }
 
-fn watch(pid: u32, duration: Duration, ebpf: bool, profile: Option<&Path>) -> Result<(), Failure> {
+fn watch(
+    pid: u32,
+    duration: Duration,
+    method: Option<Method>,
+    profile: Option<&Path>,
+) -> Result<(), Failure> {
     let mut profiler: Option<Child> = None;
     let mut reader = ProcessContextReader::open(pid)?;
     let mut view = View {
@@ -179,7 +190,7 @@ fn watch(pid: u32, duration: Duration, ebpf: bool, profile: Option<&Path>) -> Re
                 Err(e) => return Err(e.into()),
             }
             if view.sampler.is_none() && view.current.is_some() {
-                view.sampler = Some(open_sampler(pid, ebpf)?);
+                view.sampler = Some(open_sampler(pid, method)?);
                 if let Some(path) = profile {
                     let left = duration.saturating_sub(view.started.elapsed());
                     profiler = Some(start_profile(pid, left, path)?);

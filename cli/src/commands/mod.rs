@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use libc::{SIGINT, SIGTERM, SIGUSR1};
 use otel_ctx_reader::{Error, ThreadError};
+use otel_ctx_sampler::Method;
 
 pub mod check;
 #[cfg(feature = "demo")]
@@ -23,6 +24,45 @@ pub mod tally;
 pub mod text;
 pub mod threads;
 pub mod watch;
+
+/// The ways `--sampler` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SamplerKind {
+    /// A BPF program reads the thread that a CPU-clock tick interrupts; nothing is stopped.
+    Ebpf,
+    /// Each thread is stopped in turn with ptrace.
+    Ptrace,
+}
+
+/// `--sampler`, the one sampler flag of every command that samples (`show`, `watch`,
+/// `demo`, `profile`), with its older spellings `--ebpf` and `--ptrace` kept hidden.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct SamplerFlag {
+    /// How threads are sampled: `ebpf`, a BPF program at CPU-clock ticks that stops
+    /// nothing (root, a kernel with BTF, a build with the `ebpf` feature), or `ptrace`,
+    /// each thread stopped in turn. Default: eBPF where the build has it and the kernel
+    /// allows it, else ptrace; `show` defaults to ptrace, which reads every thread, idle
+    /// ones too, where eBPF sees only the threads that run.
+    #[arg(long, value_enum, value_name = "SAMPLER")]
+    pub sampler: Option<SamplerKind>,
+    /// `--sampler ebpf`.
+    #[arg(long, hide = true, conflicts_with_all = ["sampler", "ptrace"])]
+    pub ebpf: bool,
+    /// `--sampler ptrace`.
+    #[arg(long, hide = true, conflicts_with_all = ["sampler", "ebpf"])]
+    pub ptrace: bool,
+}
+
+impl SamplerFlag {
+    /// The way asked for; `None`: the command's default.
+    pub fn method(self) -> Option<Method> {
+        match (self.sampler, self.ebpf, self.ptrace) {
+            (Some(SamplerKind::Ebpf), ..) | (None, true, _) => Some(Method::Ebpf),
+            (Some(SamplerKind::Ptrace), ..) | (None, _, true) => Some(Method::Ptrace),
+            (None, false, false) => None,
+        }
+    }
+}
 
 /// Why a command did not do its job, and so its exit status: one scheme for every
 /// command (0 when it did).

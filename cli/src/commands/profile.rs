@@ -6,7 +6,7 @@
 //! written as pprof, folded text or an SVG flame graph.
 //!
 //! Samples come from the eBPF sampler (a CPU-clock tick on every CPU: threads are sampled
-//! while they run) in a build with the `ebpf` feature, or with `--ptrace` (or when BPF
+//! while they run) in a build with the `ebpf` feature, or with `--sampler ptrace` (or when BPF
 //! cannot be used) from ptrace rounds that stop every thread that is running or ready to
 //! run (`R` in its `stat`) at the rate.
 
@@ -19,13 +19,21 @@ use otel_ctx_profile::{
     Debuginfod, DebuginfodFetch, Filter, FoldedOptions, Format, Outputs, ProcessProfiler, Profile,
     ProfileOptions, SessionOptions,
 };
-use otel_ctx_sampler::stack::DEFAULT_STACK_SIZE;
+use otel_ctx_sampler::stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
 use otel_ctx_sampler::{Method, SamplerOptions};
 
 use super::{catch_sigint, text, Failure, INTERRUPTED};
 
-/// `--max-processes` when not given: as many as the eBPF sampler has room for.
-pub const DEFAULT_MAX_PROCESSES: usize = 1024;
+/// `--stack-size`: a number of bytes within the sampler's limit.
+fn stack_size(text: &str) -> Result<usize, String> {
+    let size: usize = text
+        .parse()
+        .map_err(|e| format!("{text}: give a number of bytes ({e})"))?;
+    if size > MAX_STACK_SIZE {
+        return Err(format!("{size}: at most {MAX_STACK_SIZE} bytes"));
+    }
+    Ok(size)
+}
 
 /// What `profile` was asked for.
 #[derive(Clone, Debug, clap::Args)]
@@ -60,9 +68,8 @@ pub struct Request {
     /// default), folded (the default on standard output) or svg.
     #[arg(long, value_parser = formats())]
     pub format: Option<Format>,
-    /// Sample with ptrace (stopping each running thread) instead of eBPF.
-    #[arg(long)]
-    pub ptrace: bool,
+    #[command(flatten)]
+    pub sampler: super::SamplerFlag,
     /// Give frames their source file and line (from DWARF; Python frames from their
     /// code objects).
     #[arg(long)]
@@ -71,8 +78,9 @@ pub struct Request {
     /// frames alone, as py-spy shows them).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub native: bool,
-    /// Bytes of each sample's stack to copy for unwinding (at most 65536).
-    #[arg(long, default_value_t = DEFAULT_STACK_SIZE)]
+    /// Bytes of each sample's stack to copy for unwinding (a size past the sampler's
+    /// limit is refused, with the limit).
+    #[arg(long, default_value_t = DEFAULT_STACK_SIZE, value_parser = stack_size)]
     pub stack_size: usize,
     /// No progress line (as `demo --profile` runs it).
     #[arg(long, hide = true)]
@@ -107,15 +115,15 @@ pub struct Request {
     #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
     pub rescan: Duration,
     /// With --all: the most processes followed at once.
-    #[arg(long, default_value_t = DEFAULT_MAX_PROCESSES)]
+    #[arg(long, default_value_t = otel_ctx_sampler::MAX_PROCESSES)]
     pub max_processes: usize,
 }
 
 impl Request {
-    /// The session's options: the sampler's (eBPF unless `--ptrace`, with ptrace when BPF
+    /// The session's options: the sampler's (eBPF unless `--sampler ptrace`, with ptrace when BPF
     /// cannot be used), the profile's (lines, the filter).
     pub fn session(&self, filter: Filter) -> SessionOptions {
-        let method = self.ptrace.then_some(Method::Ptrace);
+        let method = self.sampler.method();
         let sampler = SamplerOptions::default()
             .with_method(method)
             .with_frequency_hz(self.hz)
@@ -222,9 +230,9 @@ pub fn run(request: &Request) -> Result<(), Failure> {
 /// `--all`, or an OTLP destination: many processes (or one) from one eBPF sampler,
 /// exported as they go.
 fn run_fleet(request: &Request, filter: Filter) -> Result<(), Failure> {
-    if request.ptrace {
+    if request.sampler.method() == Some(Method::Ptrace) {
         return Err(Failure::usage(
-            "--ptrace: profile --all, --otlp and --otlp-file sample with eBPF only",
+            "--sampler ptrace: profile --all, --otlp and --otlp-file sample with eBPF only",
         ));
     }
     #[cfg(feature = "ebpf")]

@@ -4,6 +4,7 @@ use otel_ctx_reader::memory::is_gone;
 use otel_ctx_reader::process::{boottime_ns, ReaderOptions};
 use otel_ctx_reader::procfs::comm;
 use otel_ctx_reader::{Error, ProcessContextReader, ProcessMaps, Snapshot};
+use otel_ctx_sampler::Method;
 use serde::Serialize;
 
 use super::threads::{self, Threads};
@@ -20,9 +21,10 @@ pub fn read_maps(pid: u32) -> Result<ProcessMaps, Failure> {
 
 /// Runs `show`. A process that publishes no valid context is a finding (exit status 1);
 /// with `--json` the document still goes to stdout, with `"process_context": null`.
-/// `ebpf` takes the threads' contexts from the eBPF sampler: only threads that ran
-/// during its window are listed.
-pub fn run(pid: u32, as_json: bool, raw_keys: bool, ebpf: bool) -> Result<(), Failure> {
+/// `method` `Some(Method::Ebpf)` takes the threads' contexts from the eBPF sampler: only
+/// threads that ran during its window are listed. By default (`None`) every thread is
+/// stopped and read with ptrace, idle ones too.
+pub fn run(pid: u32, as_json: bool, raw_keys: bool, method: Option<Method>) -> Result<(), Failure> {
     let maps = read_maps(pid)?;
     let read = ProcessContextReader::from_maps(&maps, ReaderOptions::default())
         .and_then(|mut reader| reader.read());
@@ -33,7 +35,7 @@ pub fn run(pid: u32, as_json: bool, raw_keys: bool, ebpf: bool) -> Result<(), Fa
         ) => (None, Some(Failure::from(e))),
         Err(e) => return Err(e.into()),
     };
-    let threads = threads::read(maps, raw_keys, ebpf)?;
+    let threads = threads::read(maps, raw_keys, method.unwrap_or(Method::Ptrace))?;
     if as_json {
         json::print(&document(pid, snapshot.as_ref(), &threads))?;
     } else if let Some(s) = &snapshot {
@@ -41,7 +43,7 @@ pub fn run(pid: u32, as_json: bool, raw_keys: bool, ebpf: bool) -> Result<(), Fa
         let mut text = text::snapshot(s, &name, boottime_ns());
         text.push('\n');
         text.push_str(&threads::text(&threads));
-        if ebpf {
+        if method == Some(Method::Ebpf) {
             text.push_str(&format!(
                 "(eBPF: the threads that ran during {} ms, each as last sampled; threads that \
                  did not run are not listed)\n",

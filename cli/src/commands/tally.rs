@@ -20,13 +20,19 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Samples every thread of `pid` at `hz` (`ebpf`: the running ones, by the BPF
-    /// program), grouped by attribute `by` (`raw_keys`: attributes named by key index,
-    /// `#0`, as `show --raw-keys` does, whatever the process context announces).
-    pub fn open(pid: u32, hz: u32, by: &str, raw_keys: bool, ebpf: bool) -> Result<Self, Failure> {
-        let method = if ebpf { Method::Ebpf } else { Method::Ptrace };
+    /// Samples every thread of `pid` at `hz` (by eBPF, the running ones: `method`
+    /// `None` takes eBPF where it can be used), grouped by attribute `by` (`raw_keys`:
+    /// attributes named by key index, `#0`, as `show --raw-keys` does, whatever the
+    /// process context announces).
+    pub fn open(
+        pid: u32,
+        hz: u32,
+        by: &str,
+        raw_keys: bool,
+        method: Option<Method>,
+    ) -> Result<Self, Failure> {
         let options = SamplerOptions::default()
-            .with_method(Some(method))
+            .with_method(method)
             .with_frequency_hz(hz)
             .with_stack_size(0)
             .with_threads(Threads::All)
@@ -232,7 +238,7 @@ pub struct Summary<'a> {
     pub rounds: u64,
     /// Thread samples taken: the sum of `counts`.
     pub samples: u64,
-    /// With `--ebpf` only (where `rounds` is 0): the BPF program's counts.
+    /// By eBPF only (where `rounds` is 0): the BPF program's counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ebpf: Option<EbpfSummary>,
     /// The `(unreadable)` samples by the kind of error, most first.

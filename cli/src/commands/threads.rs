@@ -59,17 +59,16 @@ fn name_raw_keys(context: &mut OwnedThreadContext) {
         .collect();
 }
 
-/// How long `show --ebpf` samples.
+/// How long `show --sampler ebpf` samples.
 pub const EBPF_WINDOW: Duration = Duration::from_millis(300);
 
 /// Reads every thread of the process of `maps`: stopped and read one by one (ptrace),
-/// or with `ebpf`, the threads that ran during [`EBPF_WINDOW`] as the BPF program last
+/// or by eBPF, the threads that ran during [`EBPF_WINDOW`] as the BPF program last
 /// sampled them (a thread that did not run is not listed). By default only a process
 /// whose context announces a thread-context schema the reader knows is read, its
 /// attributes named through the key map (OTEP 4947); `raw_keys` (`--raw-keys`) reads the
 /// slot whatever the process context says, and names every entry by its key index.
-pub fn read(maps: ProcessMaps, raw_keys: bool, ebpf: bool) -> Result<Threads, Failure> {
-    let method = if ebpf { Method::Ebpf } else { Method::Ptrace };
+pub fn read(maps: ProcessMaps, raw_keys: bool, method: Method) -> Result<Threads, Failure> {
     let options = SamplerOptions::default()
         .with_method(Some(method))
         .with_frequency_hz(999)

@@ -1,21 +1,25 @@
 //! `otel-ctx watch <pid>`: a small profiler view. Samples every thread at a fixed rate
 //! and counts samples per value of one thread-context attribute (such as `http.route`).
 //!
-//! The library's sampler takes the samples: by default each round stops every thread
-//! with ptrace and reads its record; with `--ebpf` (built with the `ebpf` feature) a BPF
-//! program reads the record of whichever target thread a CPU-clock tick interrupts, at
-//! the rate on every CPU, without stopping anything. Both name attributes with the same
+//! The library's sampler takes the samples: by default (`--sampler ebpf`, in a build with
+//! the `ebpf` feature, where the kernel allows it) a BPF program reads the record of
+//! whichever target thread a CPU-clock tick interrupts, at the rate on every CPU, without
+//! stopping anything; otherwise (`--sampler ptrace`) each round stops every thread with
+//! ptrace and reads its record. Both name attributes with the same
 //! key map and count into the same table ([`Tally`]).
 
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use otel_ctx_sampler::Method;
+
 use super::tally::Tally;
 use super::text::Screen;
 use super::{catch_sigint, json, out, text, Failure, INTERRUPTED};
 
-/// Runs `watch`: `ebpf` samples with the BPF program instead of ptrace rounds.
+/// Runs `watch` with the sampler `method` asks for (`None`: eBPF where it can be used,
+/// else ptrace rounds).
 pub fn run(
     pid: u32,
     hz: u32,
@@ -23,7 +27,7 @@ pub fn run(
     by: &str,
     raw_keys: bool,
     as_json: bool,
-    ebpf: bool,
+    method: Option<Method>,
 ) -> Result<(), Failure> {
     if hz == 0 || hz > 10_000 {
         return Err(Failure::usage(format!(
@@ -31,7 +35,7 @@ pub fn run(
         )));
     }
     catch_sigint().map_err(Failure::Unusable)?;
-    let mut sampler = Tally::open(pid, hz, by, raw_keys, ebpf)?;
+    let mut sampler = Tally::open(pid, hz, by, raw_keys, method)?;
     // What the reader could not analyse, and a grouping key the process does not have,
     // are said before sampling starts (on stderr, so that --json stays one document). A
     // key may be registered later (the key map grows as a service runs): a warning, and

@@ -62,17 +62,17 @@ impl fmt::Display for EbpfError {
             Self::NoBtf => write!(
                 f,
                 "the eBPF sampler needs the kernel's BTF ({BTF_PATH} is missing: a kernel \
-                 built without CONFIG_DEBUG_INFO_BTF); sample without --ebpf (ptrace) instead"
+                 built without CONFIG_DEBUG_INFO_BTF); sample with ptrace instead (--sampler ptrace)"
             ),
             Self::Permission { what, source } => write!(
                 f,
                 "the kernel refused to {what} ({source}): the eBPF sampler needs root, or \
-                 CAP_BPF and CAP_PERFMON; sample without --ebpf (ptrace) instead"
+                 CAP_BPF and CAP_PERFMON; sample with ptrace instead (--sampler ptrace)"
             ),
             Self::Load(message) => write!(
                 f,
-                "the kernel did not accept the eBPF sampler: {message}; sample without \
-                 --ebpf (ptrace) instead"
+                "the kernel did not accept the eBPF sampler: {message}; sample with ptrace \
+                 instead (--sampler ptrace)"
             ),
             Self::Attach { cpu, message } => write!(
                 f,

@@ -50,10 +50,11 @@ use targets::Targets;
 pub use error::EbpfError;
 pub use publications::{PublicationCounters, PublicationHook};
 pub use python::EbpfPython;
+pub use python::EBPF_MAX_PYTHON_THREADS;
 pub use targets::EbpfReaders;
 pub use wire::{
-    EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_PROCESSES, EBPF_MAX_RECORD_SIZE,
-    EBPF_MAX_STACK,
+    EBPF_MAX_ATTRS, EBPF_MAX_KERNEL_FRAMES, EBPF_MAX_PROCESSES, EBPF_MAX_PYTHON_FRAMES,
+    EBPF_MAX_RECORD_SIZE, EBPF_MAX_STACK,
 };
 
 /// The BPF object `build.rs` compiled from `bpf/sampler.bpf.c`.
@@ -618,6 +619,77 @@ fn load_program(program: &mut PerfEvent) -> Result<(), EbpfError> {
 mod tests {
     use super::*;
 
+    /// Every limit, layout value and code the BPF program and this crate share: the
+    /// program's `#define`, the Rust constant it must equal. A change to one side that
+    /// the other does not follow fails here.
+    #[test]
+    fn the_program_and_the_crate_agree() {
+        let source = include_str!("../../bpf/sampler.bpf.c");
+        let define = |name: &str| -> u64 {
+            let line = source
+                .lines()
+                .find(|l| l.split_whitespace().take(2).eq(["#define", name]))
+                .unwrap_or_else(|| panic!("no #define {name} in bpf/sampler.bpf.c"));
+            // The value: a number, or a product of numbers in parentheses.
+            let value: String = line
+                .split_whitespace()
+                .skip(2)
+                .take_while(|w| !w.starts_with("/*"))
+                .collect();
+            value
+                .trim_matches(|c| c == '(' || c == ')')
+                .split('*')
+                .map(|n| {
+                    n.parse::<u64>()
+                        .unwrap_or_else(|_| panic!("{name}: {value}"))
+                })
+                .product()
+        };
+        let shared: [(&str, u64); 18] = [
+            ("MAX_STACK", crate::stack::MAX_STACK_SIZE as u64),
+            ("MAX_PROCESSES", crate::MAX_PROCESSES as u64),
+            (
+                "HEADER_SIZE",
+                otel_ctx_codec::record::RECORD_HEADER_SIZE as u64,
+            ),
+            ("MAX_ATTRS", EBPF_MAX_ATTRS as u64),
+            ("MAX_KSTACK_FRAMES", EBPF_MAX_KERNEL_FRAMES as u64),
+            ("MAX_PY_FRAMES", EBPF_MAX_PYTHON_FRAMES as u64),
+            ("MAX_PY_THREADS", EBPF_MAX_PYTHON_THREADS as u64),
+            ("PY_FRAME_HEADER", python::EBPF_PY_FRAME_HEADER),
+            ("PY_CODE_STAMP", python::EBPF_PY_CODE_STAMP),
+            ("PY_FLAG_ENTRY", u64::from(crate::python::FLAG_ENTRY)),
+            (
+                "PY_FLAG_GENERATOR",
+                u64::from(crate::python::FLAG_GENERATOR),
+            ),
+            ("PY_FLAG_SHIM", u64::from(crate::python::FLAG_SHIM)),
+            (
+                "PY_OWNED_BY_GENERATOR",
+                u64::from(crate::python::OWNED_BY_GENERATOR),
+            ),
+            ("PY_OFF", u64::from(python::PY_OFF)),
+            ("PY_OK", u64::from(python::PY_OK)),
+            ("PY_NO_THREAD", u64::from(python::PY_NO_THREAD)),
+            ("PY_FAULT", u64::from(python::PY_FAULT)),
+            ("PY_TRUNCATED", u64::from(python::PY_TRUNCATED)),
+        ];
+        for (name, rust) in shared {
+            assert_eq!(
+                define(name),
+                rust,
+                "{name}: bpf/sampler.bpf.c and the crate differ"
+            );
+        }
+        for (name, rust) in wire::MODES {
+            assert_eq!(
+                define(name),
+                rust,
+                "{name}: bpf/sampler.bpf.c and the crate differ"
+            );
+        }
+    }
+
     /// An error with a source, as aya's are.
     #[derive(Debug)]
     struct Outer(io::Error);
@@ -665,7 +737,7 @@ mod tests {
         let message = e.to_string();
         assert!(
             message.contains("needs root, or CAP_BPF and CAP_PERFMON")
-                && message.contains("without --ebpf (ptrace)"),
+                && message.contains("with ptrace instead (--sampler ptrace)"),
             "{message}"
         );
         // Anything else is the kernel's answer, passed on with its causes.

@@ -1,13 +1,13 @@
 //! The eBPF sampler's Python frames: each Python process's offsets in the program's
 //! `python` map (`struct py_target`, by process id), and the frames the program walked
 //! at a tick (`struct py_frame`s in the sample), decoded into the reader's
-//! [`PythonStack`]. Names are read in user space ([`PythonProcess::frame_info`]).
+//! [`PythonStack`]. Names are read in user space ([`PythonProcess::name_frames`]).
 
 use aya::maps::HashMap as BpfHashMap;
 use aya::Ebpf;
 
 use super::error::explain;
-use super::wire::{u32_at, u64_at, PY_FRAME_SIZE};
+use super::wire::{u32_at, u64_at, EBPF_MAX_PYTHON_FRAMES, PY_FRAME_SIZE};
 use super::{EbpfError, EbpfSampler};
 use crate::python::{PythonError, PythonFrame, PythonProcess, PythonStack};
 
@@ -15,20 +15,37 @@ use crate::python::{PythonError, PythonFrame, PythonProcess, PythonStack};
 const MAP: &str = "python";
 
 /// Words of `struct py_target`.
-const TARGET_WORDS: usize = 17;
+const PY_TARGET_WORDS: usize = 17;
+
+/// The most thread states the program looks at to find a thread's (`MAX_PY_THREADS`):
+/// fewer than the ptrace walk's [`MAX_PYTHON_THREADS`](crate::python::MAX_PYTHON_THREADS).
+pub const EBPF_MAX_PYTHON_THREADS: usize = 64;
+
+/// Bytes of a `_PyInterpreterFrame` the program reads at once (`PY_FRAME_HEADER`): every
+/// frame offset it is given lies in them.
+pub(crate) const EBPF_PY_FRAME_HEADER: u64 = 80;
+
+/// Bytes of a code object the program reads for its stamp (`PY_CODE_STAMP`).
+pub(crate) const EBPF_PY_CODE_STAMP: u64 = 56;
+
+const _: () = {
+    assert!(EBPF_MAX_PYTHON_FRAMES <= crate::python::MAX_PYTHON_FRAMES);
+    assert!(EBPF_MAX_PYTHON_THREADS <= crate::python::MAX_PYTHON_THREADS);
+    assert!(EBPF_MAX_PYTHON_FRAMES.is_power_of_two());
+};
 
 /// A field the version has not.
 const NONE: u64 = u64::MAX;
 
 // `py_state` (bpf/sampler.bpf.c).
-const PY_OFF: u32 = 0;
-const PY_OK: u32 = 1;
-const PY_NO_THREAD: u32 = 2;
-const PY_FAULT: u32 = 3;
-const PY_TRUNCATED: u32 = 4;
+pub(super) const PY_OFF: u32 = 0;
+pub(super) const PY_OK: u32 = 1;
+pub(super) const PY_NO_THREAD: u32 = 2;
+pub(super) const PY_FAULT: u32 = 3;
+pub(super) const PY_TRUNCATED: u32 = 4;
 
 /// `struct py_target` for `python`'s interpreter.
-fn target_words(python: &PythonProcess) -> [u64; TARGET_WORDS] {
+fn target_words(python: &PythonProcess) -> [u64; PY_TARGET_WORDS] {
     let o = python.offsets();
     // The stamp is read from an 8-aligned start that holds both of its fields.
     let stamp_from = o.code_firstlineno.min(o.code_filename) & !7;
@@ -53,10 +70,36 @@ fn target_words(python: &PythonProcess) -> [u64; TARGET_WORDS] {
     ]
 }
 
+/// Whether the program can read every field `words` names within what it copies: a
+/// frame's first [`EBPF_PY_FRAME_HEADER`] bytes, a code object's stamp within
+/// [`EBPF_PY_CODE_STAMP`] bytes.
+fn fits_the_program(words: &[u64; PY_TARGET_WORDS]) -> Result<(), EbpfError> {
+    // (index in `words`, bytes read there, the bytes the program copies)
+    let fields = [
+        (6, 8, EBPF_PY_FRAME_HEADER),  // frame_code
+        (7, 8, EBPF_PY_FRAME_HEADER),  // frame_previous
+        (8, 8, EBPF_PY_FRAME_HEADER),  // frame_instr
+        (9, 1, EBPF_PY_FRAME_HEADER),  // frame_owner
+        (10, 1, EBPF_PY_FRAME_HEADER), // frame_is_entry
+        (14, 4, EBPF_PY_CODE_STAMP),   // code_firstlineno, from the stamp's start
+        (15, 8, EBPF_PY_CODE_STAMP),   // code_filename, from the stamp's start
+    ];
+    for (at, size, limit) in fields {
+        let offset = words[at];
+        if offset != NONE && offset.saturating_add(size) > limit {
+            return Err(EbpfError::Setup(format!(
+                "a Python offset ({offset:#x}, word {at} of struct py_target) lies past the \
+                 {limit} bytes the program reads"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Forgets process `pid`'s Python entry (it was removed, or its interpreter is gone).
 pub(super) fn forget(ebpf: &mut Ebpf, pid: u32) {
     if let Some(map) = ebpf.map_mut(MAP) {
-        if let Ok(mut map) = BpfHashMap::<_, u32, [u64; TARGET_WORDS]>::try_from(map) {
+        if let Ok(mut map) = BpfHashMap::<_, u32, [u64; PY_TARGET_WORDS]>::try_from(map) {
             let _ = map.remove(&pid);
         }
     }
@@ -74,13 +117,15 @@ impl EbpfSampler {
         if !self.follows(pid) {
             return Err(EbpfError::UnknownProcess { pid });
         }
+        let words = target_words(python);
+        fits_the_program(&words)?;
         let map = self
             .ebpf
             .map_mut(MAP)
             .ok_or_else(|| EbpfError::Setup(format!("the program has no map {MAP:?}")))?;
-        let mut map = BpfHashMap::<_, u32, [u64; TARGET_WORDS]>::try_from(map)
+        let mut map = BpfHashMap::<_, u32, [u64; PY_TARGET_WORDS]>::try_from(map)
             .map_err(|e| EbpfError::Setup(explain(&e).0))?;
-        map.insert(pid, target_words(python), 0)
+        map.insert(pid, words, 0)
             .map_err(|e| EbpfError::Setup(explain(&e).0))
     }
 }

@@ -21,11 +21,12 @@ pub(crate) const CONFIG_WORDS: usize = 3;
 pub(crate) const TARGET_WORDS: usize = 8;
 
 /// The most processes one eBPF sampler follows at once (`MAX_PROCESSES`, the entries of
-/// the program's `targets` map).
-pub const EBPF_MAX_PROCESSES: usize = 1024;
+/// the program's `targets` map): the sampler's [`MAX_PROCESSES`](crate::MAX_PROCESSES).
+pub const EBPF_MAX_PROCESSES: usize = crate::MAX_PROCESSES;
 
-/// The most user stack a sample carries (`MAX_STACK`).
-pub const EBPF_MAX_STACK: usize = 64 * 1024;
+/// The most user stack a sample carries (`MAX_STACK`): the sampler's
+/// [`MAX_STACK_SIZE`](crate::stack::MAX_STACK_SIZE).
+pub const EBPF_MAX_STACK: usize = crate::stack::MAX_STACK_SIZE;
 
 /// The most kernel frames a sample carries (`MAX_KSTACK_FRAMES`).
 pub const EBPF_MAX_KERNEL_FRAMES: usize = 32;
@@ -53,6 +54,13 @@ pub const EBPF_MAX_RECORD_SIZE: usize = RECORD_HEADER_SIZE + EBPF_MAX_ATTRS;
 const MODE_OFF: u64 = 0;
 const MODE_TP_OFFSET: u64 = 1;
 const MODE_DTV: u64 = 2;
+/// The modes by their names in the program.
+#[cfg(test)]
+pub(crate) const MODES: [(&str, u64); 3] = [
+    ("MODE_OFF", MODE_OFF),
+    ("MODE_TP_OFFSET", MODE_TP_OFFSET),
+    ("MODE_DTV", MODE_DTV),
+];
 
 /// `struct ctx_config` as words: what the program captures of every process.
 pub(crate) fn config_words(capture: Capture) -> [u64; CONFIG_WORDS] {
@@ -129,9 +137,11 @@ const PY_FAULT: usize = PY_COUNT + 4;
 const PY: usize = PY_FAULT + 8;
 /// Bytes of one `struct py_frame`.
 pub(crate) const PY_FRAME_SIZE: usize = 32;
-/// The most Python frames (and shims) a sample carries (`MAX_PY_FRAMES`).
-pub(crate) const PY_MAX_FRAMES: usize = 64;
-const STACK: usize = PY + PY_FRAME_SIZE * PY_MAX_FRAMES;
+/// The most Python frames (and shims) a sample carries (`MAX_PY_FRAMES`): fewer than the
+/// ptrace walk's [`MAX_PYTHON_FRAMES`](crate::python::MAX_PYTHON_FRAMES), for the
+/// verifier's bound on one program; a longer chain is `PY_TRUNCATED`.
+pub const EBPF_MAX_PYTHON_FRAMES: usize = 64;
+const STACK: usize = PY + PY_FRAME_SIZE * EBPF_MAX_PYTHON_FRAMES;
 /// The part of `struct ctx_sample` every entry has: all but the stack bytes, of which
 /// the entry carries `stack_len`.
 pub(crate) const SAMPLE_SIZE: usize = STACK;
@@ -244,7 +254,7 @@ pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
         return None;
     }
     let py_count = u32_at(entry, PY_COUNT) as usize;
-    if py_count > PY_MAX_FRAMES {
+    if py_count > EBPF_MAX_PYTHON_FRAMES {
         return None;
     }
     let state = u32_at(entry, STATE);

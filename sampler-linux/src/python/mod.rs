@@ -42,6 +42,8 @@ pub use names::{
 };
 pub use offsets::{Offsets, PythonVersion};
 pub use walk::{PythonFrame, PythonStack, MAX_PYTHON_FRAMES, MAX_PYTHON_THREADS};
+#[cfg(all(test, feature = "ebpf"))]
+pub(crate) use walk::{FLAG_ENTRY, FLAG_GENERATOR, FLAG_SHIM, OWNED_BY_GENERATOR};
 
 /// CPython's thread-local current thread state (3.12 on).
 pub const TSTATE_SYMBOL: &str = "_Py_tss_tstate";

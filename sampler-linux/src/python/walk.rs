@@ -24,7 +24,7 @@ pub(crate) const FLAG_GENERATOR: u8 = 2;
 pub(crate) const FLAG_SHIM: u8 = 4;
 
 /// `FRAME_OWNED_BY_GENERATOR` (`Include/internal/pycore_frame.h`, 3.11 to 3.14).
-const OWNED_BY_GENERATOR: u8 = 1;
+pub(crate) const OWNED_BY_GENERATOR: u8 = 1;
 
 /// One Python frame as sampled: what names it later
 /// ([`PythonNames::frame_info`](super::PythonNames::frame_info)).
