@@ -181,6 +181,17 @@ pub(crate) fn publish_failure(error: &writer::Error) -> Failure {
     })
 }
 
+/// A static message for each registry error.
+pub(crate) fn registry_failure(error: &thread_writer::RegistryError) -> Failure {
+    match error {
+        thread_writer::RegistryError::TooManyKeys { .. } => Failure(
+            c"the key map already holds 256 names, the most a u8 key index can reach; reuse \
+              an existing key",
+        ),
+        thread_writer::RegistryError::Publish(e) => publish_failure(e),
+    }
+}
+
 /// The `key, value` pairs of a NULL-terminated attribute array.
 ///
 /// # Safety
@@ -235,8 +246,7 @@ unsafe fn apply_thread_config(config: *const otel_thread_ctx_config_data) -> Res
         .collect::<Result<Vec<&str>, Failure>>()?;
     if schema == SCHEMA_TLSDESC_V1_DEV {
         for (index, key) in keys.iter().enumerate() {
-            let registered =
-                thread_writer::register(key).map_err(|e| crate::thread::registry_failure(&e))?;
+            let registered = thread_writer::register(key).map_err(|e| registry_failure(&e))?;
             if usize::from(registered.index()) != index {
                 return Err(KEY_MAP_CONFLICT);
             }

@@ -18,11 +18,10 @@ use core::cell::Cell;
 use core::ffi::c_char;
 
 use otel_ctx_codec::record::{MAX_RECORD_SIZE, RECORD_HEADER_SIZE};
-use otel_ctx_writer::thread::{
-    self as writer, Attached, ContextError, Key, RegistryError, ThreadContext,
-};
+use otel_ctx_writer::thread::{self as writer, Attached, ContextError, Key, ThreadContext};
 
 use crate::boundary::{self, Failure, StrError};
+use crate::process::registry_failure;
 
 /// One thread-context record, or another library's record taken out of the slot. Opaque.
 #[allow(non_camel_case_types)]
@@ -135,17 +134,6 @@ fn context_failure(error: ContextError) -> Failure {
               trace"
         }
     })
-}
-
-/// A static message for each registry error.
-pub(crate) fn registry_failure(error: &RegistryError) -> Failure {
-    match error {
-        RegistryError::TooManyKeys { .. } => Failure(
-            c"the key map already holds 256 names, the most a u8 key index can reach; reuse \
-              an existing key",
-        ),
-        RegistryError::Publish(e) => crate::process::publish_failure(e),
-    }
 }
 
 fn value_failure(error: StrError) -> Failure {

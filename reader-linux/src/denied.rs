@@ -1,6 +1,7 @@
 //! Why the kernel refused to let this reader look at a process: worked out after the
-//! refusal from what `/proc` shows, so that an error can name what refuses instead of
-//! guessing ("run as root" to a reader that is root).
+//! refusal from what `/proc` shows ([`diagnose`](crate::procfs::diagnose)), so that an
+//! error can name what refuses instead of guessing ("run as root" to a reader that is
+//! root).
 //!
 //! The kernel's ptrace access check (`__ptrace_may_access`, then the capability and
 //! Yama checks, then any other security module) refuses a reader that:
@@ -13,11 +14,6 @@
 //! - is barred by a security module (Landlock, AppArmor, SELinux, a BPF LSM).
 
 use std::fmt;
-
-use crate::procfs;
-
-/// `CAP_SYS_PTRACE`'s bit in the capability sets.
-const CAP_SYS_PTRACE: u32 = 19;
 
 /// What refused access to a process, as far as `/proc` tells.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,7 +86,7 @@ impl fmt::Display for Refuser {
 }
 
 /// The names of the capabilities whose bits are in `mask`.
-fn cap_names(mask: u64) -> Vec<String> {
+pub(crate) fn cap_names(mask: u64) -> Vec<String> {
     const NAMES: [&str; 41] = [
         "chown",
         "dac_override",
@@ -143,52 +139,6 @@ fn cap_names(mask: u64) -> Vec<String> {
         .collect()
 }
 
-/// Works out what refused this reader access to process `pid`, from `/proc` (its
-/// `status` and `uid_map`, readable by anyone) and Yama's setting.
-pub fn diagnose(pid: u32) -> Refuser {
-    let own = procfs::status("self").unwrap_or_default();
-    let theirs = procfs::status(&pid.to_string()).unwrap_or_default();
-    let own_effective = own.capabilities("CapEff").unwrap_or(0);
-    let has_ptrace = own_effective & (1 << CAP_SYS_PTRACE) != 0;
-    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-        .ok()
-        .and_then(|s| s.trim().parse::<u8>().ok())
-        .unwrap_or(0);
-    if yama >= 3 || (yama >= 1 && !has_ptrace) {
-        return Refuser::Yama(yama);
-    }
-    // The uid map of a process is shown relative to the reader's own user namespace:
-    // another one than the reader's own shows another map.
-    let same_user_ns = match (
-        std::fs::read_to_string("/proc/self/uid_map"),
-        std::fs::read_to_string(format!("/proc/{pid}/uid_map")),
-    ) {
-        (Ok(own_map), Ok(their_map)) => own_map == their_map,
-        _ => true,
-    };
-    if !same_user_ns {
-        return Refuser::OtherUserNamespace;
-    }
-    if has_ptrace {
-        let modules = std::fs::read_to_string("/sys/kernel/security/lsm")
-            .ok()
-            .map(|s| s.trim().replace(',', ", "))
-            .filter(|s| !s.is_empty());
-        return Refuser::SecurityModule(modules);
-    }
-    let own_uid = rustix::process::getuid().as_raw();
-    if theirs.real_uid().is_some_and(|uid| uid != own_uid) {
-        return Refuser::OtherUser;
-    }
-    let extra = theirs.capabilities("CapPrm").unwrap_or(0) & !own_effective;
-    if extra != 0 {
-        return Refuser::MoreCapabilities(cap_names(extra));
-    }
-    // Same uid, no capability missing: a process that is not dumpable has its /proc
-    // entries owned by root instead of its own user.
-    Refuser::NotDumpable
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,12 +159,5 @@ mod tests {
         assert!(Refuser::SecurityModule(Some("landlock, yama".into()))
             .to_string()
             .contains("active: landlock, yama"));
-    }
-
-    #[test]
-    fn own_process_is_not_refused_for_want_of_a_namespace() {
-        // The reader and itself share every namespace: whatever the diagnosis of this
-        // process, it is never another user namespace.
-        assert_ne!(diagnose(std::process::id()), Refuser::OtherUserNamespace);
     }
 }

@@ -6,7 +6,6 @@ use std::io;
 use otel_ctx_codec::{DecodeError, HeaderError};
 
 use crate::denied::Refuser;
-use crate::memory::{is_gone, CopyError};
 
 /// Why a process context could not be read.
 #[derive(Debug)]
@@ -145,47 +144,14 @@ impl Error {
         }
     }
 
-    /// The error for a process that is not there (see [`is_gone`]):
-    /// [`Error::NoSuchProcess`] when `/proc` has no entry for `pid`, else
-    /// [`Error::ProcessGone`] (a zombie, or a process exiting now).
+    /// The error for a process that is not there (see
+    /// [`is_gone`](crate::memory::is_gone)): [`Error::NoSuchProcess`] when `/proc` has no
+    /// entry for `pid`, else [`Error::ProcessGone`] (a zombie, or a process exiting now).
     pub fn gone(pid: u32) -> Self {
         if std::path::Path::new(&format!("/proc/{pid}")).exists() {
             Self::ProcessGone { pid }
         } else {
             Self::NoSuchProcess { pid }
-        }
-    }
-
-    /// Turns a failed copy of `what` (such as `the header`) out of process `pid` into an
-    /// error: [`Error::ProcessGone`]; [`Error::NoContext`] for memory that is no longer
-    /// mapped in a live process (its context was unpublished); or as [`from_io`](Self::from_io).
-    pub fn from_copy(pid: u32, e: CopyError, what: &str) -> Self {
-        match e {
-            CopyError::Gone => Self::ProcessGone { pid },
-            CopyError::Unmapped if is_gone(pid) => Self::ProcessGone { pid },
-            CopyError::Unmapped => Self::NoContext { pid },
-            CopyError::Os { operation, source } => {
-                Self::from_io(pid, format!("{operation} (copying {what})"), source)
-            }
-        }
-    }
-
-    /// Turns a system call's error into [`Error::PermissionDenied`],
-    /// [`Error::ProcessGone`] or [`Error::Io`].
-    pub fn from_io(pid: u32, operation: impl Into<String>, source: io::Error) -> Self {
-        match source.raw_os_error() {
-            Some(libc::EACCES | libc::EPERM) => Self::PermissionDenied {
-                pid,
-                operation: operation.into(),
-                source,
-                refuser: crate::denied::diagnose(pid),
-            },
-            Some(libc::ESRCH | libc::ENOENT) => Self::ProcessGone { pid },
-            _ => Self::Io {
-                pid,
-                operation: operation.into(),
-                source,
-            },
         }
     }
 }

@@ -19,6 +19,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
+use crate::error::Error;
 use crate::{procfs, sys};
 
 /// The smallest page size of the architectures covered (4 KiB): copies that must stop at
@@ -379,6 +380,23 @@ pub fn live_thread(pid: u32) -> Option<u32> {
 impl crate::thread::tls::TargetMemory for ProcessMemory {
     fn read_exact_at(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
         self.read_exact(addr, buf).map_err(io::Error::from)
+    }
+}
+
+/// The error of a failed copy, told apart by whether the process is still there.
+impl Error {
+    /// Turns a failed copy of `what` (such as `the header`) out of process `pid` into an
+    /// error: [`Error::ProcessGone`]; [`Error::NoContext`] for memory that is no longer
+    /// mapped in a live process (its context was unpublished); or as [`from_io`](Self::from_io).
+    pub fn from_copy(pid: u32, e: CopyError, what: &str) -> Self {
+        match e {
+            CopyError::Gone => Self::ProcessGone { pid },
+            CopyError::Unmapped if is_gone(pid) => Self::ProcessGone { pid },
+            CopyError::Unmapped => Self::NoContext { pid },
+            CopyError::Os { operation, source } => {
+                Self::from_io(pid, format!("{operation} (copying {what})"), source)
+            }
+        }
     }
 }
 

@@ -10,9 +10,13 @@
 use std::fs;
 use std::io;
 
+use crate::denied::cap_names;
 use crate::error::Error;
 
-pub use crate::denied::{diagnose, Refuser};
+pub use crate::denied::Refuser;
+
+/// `CAP_SYS_PTRACE`'s bit in the capability sets.
+const CAP_SYS_PTRACE: u32 = 19;
 
 /// The pids in `/proc`, in increasing order.
 pub fn pids() -> io::Result<Vec<u32>> {
@@ -193,6 +197,74 @@ pub fn status(pid: &str) -> io::Result<Status> {
     Ok(Status::parse(text))
 }
 
+/// Works out what refused this reader access to process `pid`, from `/proc` (its
+/// `status` and `uid_map`, readable by anyone) and Yama's setting.
+pub fn diagnose(pid: u32) -> Refuser {
+    let own = status("self").unwrap_or_default();
+    let theirs = status(&pid.to_string()).unwrap_or_default();
+    let own_effective = own.capabilities("CapEff").unwrap_or(0);
+    let has_ptrace = own_effective & (1 << CAP_SYS_PTRACE) != 0;
+    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse::<u8>().ok())
+        .unwrap_or(0);
+    if yama >= 3 || (yama >= 1 && !has_ptrace) {
+        return Refuser::Yama(yama);
+    }
+    // The uid map of a process is shown relative to the reader's own user namespace:
+    // another one than the reader's own shows another map.
+    let same_user_ns = match (
+        std::fs::read_to_string("/proc/self/uid_map"),
+        std::fs::read_to_string(format!("/proc/{pid}/uid_map")),
+    ) {
+        (Ok(own_map), Ok(their_map)) => own_map == their_map,
+        _ => true,
+    };
+    if !same_user_ns {
+        return Refuser::OtherUserNamespace;
+    }
+    if has_ptrace {
+        let modules = std::fs::read_to_string("/sys/kernel/security/lsm")
+            .ok()
+            .map(|s| s.trim().replace(',', ", "))
+            .filter(|s| !s.is_empty());
+        return Refuser::SecurityModule(modules);
+    }
+    let own_uid = rustix::process::getuid().as_raw();
+    if theirs.real_uid().is_some_and(|uid| uid != own_uid) {
+        return Refuser::OtherUser;
+    }
+    let extra = theirs.capabilities("CapPrm").unwrap_or(0) & !own_effective;
+    if extra != 0 {
+        return Refuser::MoreCapabilities(cap_names(extra));
+    }
+    // Same uid, no capability missing: a process that is not dumpable has its /proc
+    // entries owned by root instead of its own user.
+    Refuser::NotDumpable
+}
+
+/// The error of a system call on process `pid`, told apart by what `/proc` shows.
+impl Error {
+    /// Turns a system call's error into [`Error::PermissionDenied`],
+    /// [`Error::ProcessGone`] or [`Error::Io`].
+    pub fn from_io(pid: u32, operation: impl Into<String>, source: io::Error) -> Self {
+        match source.raw_os_error() {
+            Some(libc::EACCES | libc::EPERM) => Self::PermissionDenied {
+                pid,
+                operation: operation.into(),
+                source,
+                refuser: diagnose(pid),
+            },
+            Some(libc::ESRCH | libc::ENOENT) => Self::ProcessGone { pid },
+            _ => Self::Io {
+                pid,
+                operation: operation.into(),
+                source,
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +307,11 @@ mod tests {
             comm(std::process::id()).ok(),
             Some(own.field("Name").unwrap().into())
         );
+    }
+    #[test]
+    fn own_process_is_not_refused_for_want_of_a_namespace() {
+        // The reader and itself share every namespace: whatever the diagnosis of this
+        // process, it is never another user namespace.
+        assert_ne!(diagnose(std::process::id()), Refuser::OtherUserNamespace);
     }
 }

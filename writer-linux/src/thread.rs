@@ -86,8 +86,6 @@ compile_error!(
      those two architectures"
 );
 
-#[cfg(all(feature = "std", target_os = "linux"))]
-mod cleanup;
 #[cfg(target_os = "linux")]
 mod context;
 #[cfg(target_os = "linux")]

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use otel_ctx_reader::Error;
 
-use super::{check, wait_for_context, CheckOptions, Report};
+use super::run::{check, wait_for_context, CheckOptions};
+use super::verdict::Report;
 
 /// How long a started program has to exit once its stdin is closed.
 pub const STDIN_GRACE: Duration = Duration::from_secs(1);

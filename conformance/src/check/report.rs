@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::{Report, RuleId, Status};
+use super::rules::RuleId;
+use super::verdict::{Report, Status};
 
 impl Report {
     /// The text report: a heading, one line per rule (status, id, what was seen, the

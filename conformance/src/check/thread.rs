@@ -10,7 +10,8 @@ use otel_ctx_codec::record::{MAX_RECORD_SIZE, RECORD_ALIGN};
 use otel_ctx_codec::threadlocal::{SCHEMA_GO_PPROF_LABELS_V1, TLS_SYMBOL};
 
 use super::process::{Content, KeyMapLen, Presence, Summary, TLS_SCHEMAS};
-use super::{plural, RuleId, Status, Verdicts};
+use super::rules::RuleId;
+use super::verdict::{plural, Status, Verdicts};
 use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
 use otel_ctx_reader::procfs::thread_ids;
 use otel_ctx_reader::thread::tls::{

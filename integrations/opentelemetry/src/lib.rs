@@ -37,36 +37,29 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-#[cfg(target_os = "linux")]
-use opentelemetry::baggage::BaggageExt;
-#[cfg(target_os = "linux")]
-use opentelemetry::trace::TraceContextExt;
 use opentelemetry::Context;
-#[cfg(target_os = "linux")]
-use opentelemetry::{Array, Value};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource as SdkResource;
 #[cfg(target_os = "linux")]
-use otel_ctx_writer::process::{self, global, OwnedValue};
-#[cfg(target_os = "linux")]
-use otel_ctx_writer::thread::{self, Attached, ThreadContext};
+use otel_ctx_writer::thread::{self, Attached};
 
+mod attributes;
 #[cfg(feature = "context-observer")]
 mod install;
 #[cfg(feature = "context-observer")]
 #[cfg_attr(not(target_os = "linux"), path = "observer_noop.rs")]
 pub mod observer;
+mod resource;
+
+#[cfg(target_os = "linux")]
+use attributes::record_for;
+pub use attributes::{ThreadAttributes, ThreadAttributesExt};
 #[cfg(feature = "context-observer")]
 pub use observer::ThreadContextObserver;
-
-/// Why the process context could not be published (see `otel_ctx_writer::process`).
+pub use resource::{publish_resource, PublishError};
 #[cfg(target_os = "linux")]
-pub type PublishError = process::Error;
-/// Why the process context could not be published. Outside Linux nothing is published and
-/// nothing fails.
-#[cfg(not(target_os = "linux"))]
-pub type PublishError = std::convert::Infallible;
+pub use resource::{to_owned_value, to_process_resource};
 
 /// The writer's `otel_ctx_writer::thread::RegistryError`: outside Linux no key is
 /// registered and nothing fails.
@@ -86,80 +79,6 @@ pub fn register(name: &str) -> Result<Key, RegistryError> {
     {
         let _ = name;
         Ok(Key::from_index(0))
-    }
-}
-
-/// `service.instance.id`, which the SDK's default resource leaves out.
-#[cfg(target_os = "linux")]
-const SERVICE_INSTANCE_ID: &str = "service.instance.id";
-
-/// The process context's resource for an SDK `Resource`: every attribute, with its typed
-/// value (bool, int, double, string, and arrays of them).
-///
-/// The semantic-convention keys the SDK left out are filled in as
-/// `otel_ctx_writer::process::ResourceBuilder::build` does; `service.instance.id` keeps the
-/// value of the context this process already published, if any, so that publishing again
-/// does not make the process look like a new instance.
-#[cfg(target_os = "linux")]
-pub fn to_process_resource(resource: &SdkResource) -> Result<process::Resource, process::Error> {
-    let mut builder = process::Resource::builder();
-    for (key, value) in resource.iter() {
-        builder = builder.attribute(key.as_str(), to_owned_value(value));
-    }
-    if resource
-        .get(&opentelemetry::Key::from_static_str(SERVICE_INSTANCE_ID))
-        .is_none()
-    {
-        let published = global::with_publisher(|publisher| {
-            publisher.resource().get(SERVICE_INSTANCE_ID).cloned()
-        });
-        if let Some(Some(id)) = published {
-            builder = builder.attribute(SERVICE_INSTANCE_ID, id);
-        }
-    }
-    builder.build()
-}
-
-/// An SDK attribute value in the codec's owned model.
-#[cfg(target_os = "linux")]
-pub fn to_owned_value(value: &Value) -> OwnedValue {
-    match value {
-        Value::Bool(v) => OwnedValue::Bool(*v),
-        Value::I64(v) => OwnedValue::Int(*v),
-        Value::F64(v) => OwnedValue::Double(*v),
-        Value::String(v) => OwnedValue::String(v.as_str().to_owned()),
-        Value::Array(Array::Bool(v)) => {
-            OwnedValue::Array(v.iter().copied().map(OwnedValue::Bool).collect())
-        }
-        Value::Array(Array::I64(v)) => {
-            OwnedValue::Array(v.iter().copied().map(OwnedValue::Int).collect())
-        }
-        Value::Array(Array::F64(v)) => {
-            OwnedValue::Array(v.iter().copied().map(OwnedValue::Double).collect())
-        }
-        Value::Array(Array::String(v)) => OwnedValue::Array(
-            v.iter()
-                .map(|s| OwnedValue::String(s.as_str().to_owned()))
-                .collect(),
-        ),
-        // The SDK's value kinds are open to additions (`non_exhaustive`): a kind this crate
-        // does not know yet is published as its text rather than dropped.
-        other => OwnedValue::String(other.to_string()),
-    }
-}
-
-/// Publishes `resource` as this process's context, through the writer's process-wide
-/// publisher (`otel_ctx_writer::process::global`): the first call publishes, later ones
-/// update. The extra attributes and the thread reference data (the key map) are kept.
-///
-/// Outside Linux there is no process context: it does nothing.
-pub fn publish_resource(resource: &SdkResource) -> Result<(), PublishError> {
-    #[cfg(target_os = "linux")]
-    return global::publish(to_process_resource(resource)?);
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = resource;
-        Ok(())
     }
 }
 
@@ -270,109 +189,4 @@ pub fn attach_with_attributes(cx: &Context, attrs: &[(Key, &str)]) -> Guard {
             _not_send: PhantomData,
         }
     }
-}
-
-/// Attribute values a [`Context`] carries for the thread context, set by the service: the
-/// attributes of the record [`attach`] (or the observer) makes for the context, and for
-/// the contexts derived from it (a child span's context keeps its parent's values).
-///
-/// Put them in a context with [`ThreadAttributesExt::with_thread_attribute`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ThreadAttributes {
-    entries: Vec<(Key, String)>,
-}
-
-impl ThreadAttributes {
-    /// No attributes.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// These attributes with `key` set to `value` (replacing an earlier value of `key`).
-    #[must_use]
-    pub fn with(mut self, key: Key, value: &str) -> Self {
-        match self.entries.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, v)) => {
-                v.clear();
-                v.push_str(value);
-            }
-            None => self.entries.push((key, value.to_owned())),
-        }
-        self
-    }
-
-    /// The attributes, in the order they were first set.
-    pub fn iter(&self) -> impl Iterator<Item = (Key, &str)> {
-        self.entries.iter().map(|(k, v)| (*k, v.as_str()))
-    }
-
-    /// Whether no attribute is set.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-}
-
-/// Sets thread-context attribute values on a [`Context`].
-pub trait ThreadAttributesExt {
-    /// A copy of this context whose [`ThreadAttributes`] have `key` set to `value` (the
-    /// other values it carries are kept).
-    fn with_thread_attribute(&self, key: Key, value: &str) -> Context;
-}
-
-impl ThreadAttributesExt for Context {
-    fn with_thread_attribute(&self, key: Key, value: &str) -> Context {
-        let attributes = self
-            .get::<ThreadAttributes>()
-            .cloned()
-            .unwrap_or_default()
-            .with(key, value);
-        self.with_value(attributes)
-    }
-}
-
-/// The record for `cx`: its span context's ids and flags, then the attributes `explicit`,
-/// those the context carries ([`ThreadAttributes`]) and the baggage entries of
-/// `from_baggage` (baggage name, attribute key), each key once (the first value wins).
-/// `None` when the span context is not valid.
-#[cfg(target_os = "linux")]
-pub(crate) fn record_for(
-    cx: &Context,
-    from_baggage: &[(String, Key)],
-    explicit: &[(Key, &str)],
-) -> Option<ThreadContext> {
-    let span = cx.span();
-    let context = span.span_context();
-    if !context.is_valid() {
-        return None;
-    }
-    let (trace_id, span_id, flags) = (
-        context.trace_id().to_bytes(),
-        context.span_id().to_bytes(),
-        context.trace_flags().to_u8(),
-    );
-    let carried = cx.get::<ThreadAttributes>().filter(|a| !a.is_empty());
-    if explicit.is_empty() && carried.is_none() && from_baggage.is_empty() {
-        return ThreadContext::compact(trace_id, span_id, flags, &[]).ok();
-    }
-    let mut record = ThreadContext::new(trace_id, span_id, flags, &[]).ok()?;
-    let baggage = cx.baggage();
-    let from_baggage = from_baggage
-        .iter()
-        .filter_map(|(name, key)| Some((*key, baggage.get(name)?.as_str())));
-    let all = explicit
-        .iter()
-        .copied()
-        .chain(carried.into_iter().flat_map(ThreadAttributes::iter))
-        .chain(from_baggage);
-    let mut written: Vec<Key> = Vec::new();
-    for (key, value) in all {
-        if written.contains(&key) {
-            continue;
-        }
-        if record.append_truncated(key, value).is_err() {
-            break;
-        }
-        written.push(key);
-    }
-    Some(record)
 }

@@ -44,8 +44,8 @@ use opentelemetry::context::{ContextObserver, GlobalContextObserver, ObserverCon
 use opentelemetry::Context;
 use otel_ctx_writer::thread::{self, Attached, Key, RegistryError, ThreadContext};
 
+use crate::attributes::record_for;
 pub use crate::install::InstallError;
-use crate::record_for;
 
 /// Keeps the calling thread's `otel_thread_ctx_v1` record on the OpenTelemetry `Context`
 /// it has attached; see the [module documentation](self).
@@ -141,7 +141,8 @@ impl ThreadContextObserver {
         }
         if self.publish_default && !otel_ctx_writer::process::global::is_published() {
             // A failure leaves the process without a context, as before the observer.
-            let _ = crate::publish_resource(&opentelemetry_sdk::Resource::builder().build());
+            let _ =
+                crate::resource::publish_resource(&opentelemetry_sdk::Resource::builder().build());
         }
         GlobalContextObserver::set(Arc::new(self));
         match probe() {

@@ -7,7 +7,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::{SpanIds, GENERATED_TRACE_FLAGS};
+use crate::ids::{SpanIds, GENERATED_TRACE_FLAGS};
 use otel_ctx_writer::thread::{
     self, attached_record_address, Attached, Key, RegistryError, ThreadContext,
 };

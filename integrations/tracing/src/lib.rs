@@ -52,11 +52,13 @@
 
 #[cfg(all(feature = "demo-service", target_os = "linux"))]
 pub mod demo;
+mod ids;
 #[cfg(target_os = "linux")]
 mod layer;
 #[cfg(not(target_os = "linux"))]
 mod noop;
 
+pub use ids::{SpanIds, GENERATED_TRACE_FLAGS};
 #[cfg(target_os = "linux")]
 pub use layer::{default_resource, span_ids, ThreadContextLayer};
 #[cfg(not(target_os = "linux"))]
@@ -65,18 +67,3 @@ pub use noop::{span_ids, ThreadContextLayer};
 /// The writer's `otel_ctx_writer::thread::RegistryError`: outside Linux no key is
 /// registered and nothing fails.
 pub use otel_ctx_writer::thread::RegistryError;
-
-/// The trace flags of a span whose ids this layer generated: sampled, since the span is
-/// being recorded by the subscriber.
-pub const GENERATED_TRACE_FLAGS: u8 = 0x01;
-
-/// The trace and span ids this layer recorded for a span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SpanIds {
-    /// W3C trace id bytes.
-    pub trace_id: [u8; 16],
-    /// W3C span id bytes.
-    pub span_id: [u8; 8],
-    /// W3C trace flags.
-    pub trace_flags: u8,
-}

@@ -5,7 +5,8 @@ use tracing_core::Subscriber;
 use tracing_subscriber::layer::Layer;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::{RegistryError, SpanIds};
+use crate::ids::SpanIds;
+use crate::RegistryError;
 
 /// Keeps each thread's `otel_thread_ctx_v1` record on the `tracing` span it has entered;
 /// outside Linux, where that record does not exist, it does nothing.

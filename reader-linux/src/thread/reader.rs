@@ -367,11 +367,6 @@ impl ThreadReader {
         self.schema_version.as_deref()
     }
 
-    /// Sets the largest record copied; larger ones are reported as errors.
-    pub fn set_max_record_size(&mut self, max: usize) {
-        self.max_record_size = max.max(RECORD_HEADER_SIZE);
-    }
-
     /// The executable mappings the analysis left out, and why (a file that could not be
     /// opened safely, or cost more than the reader's budget).
     pub fn skipped_modules(&self) -> &[SkippedModule] {

@@ -5,12 +5,12 @@
 
 use std::fs::File;
 
-use otel_ctx_codec::header::{ProcessContextHeader, HEADER_SIZE, SIGNATURE};
+use otel_ctx_codec::header::{ProcessContextHeader, HEADER_SIZE};
 use otel_ctx_reader::maps::{MappingName, MapsLine, RawLine};
 use otel_ctx_reader::memory::{live_thread, CopyError};
 use otel_ctx_reader::{Error, ProcessMaps};
 
-use super::ProcessSide;
+use super::{Candidate, Naming, ProcessSide};
 use crate::check::smaps;
 
 /// Unnamed anonymous mappings probed for a header that starts with the signature, at
@@ -21,57 +21,6 @@ pub(super) const MAX_PROBED: usize = 4096;
 /// measures every mapping it prints in `/proc/<pid>/smaps` (a page-table walk each), so
 /// reading far into it costs seconds on a process with a million mappings.
 const MAX_SMAPS_MAPPINGS: usize = 20_000;
-
-/// How a candidate mapping is named.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Naming {
-    /// One of the names readers match.
-    Exact(MappingName),
-    /// A name that mentions `OTEL_CTX` in some other spelling or form.
-    NearMiss,
-    /// Any other name, or none, but the mapping starts with the `OTEL_CTX` signature.
-    Other,
-}
-
-/// A mapping that may hold a process context.
-#[derive(Clone, Debug)]
-pub(super) struct Candidate {
-    pub(super) start: u64,
-    pub(super) end: u64,
-    pub(super) perms: [u8; 4],
-    pub(super) name: String,
-    pub(super) naming: Naming,
-    /// Its first 32 bytes, as they were when discovered; `None` if unreadable.
-    pub(super) header: Option<ProcessContextHeader>,
-}
-
-impl Candidate {
-    pub(super) fn signature_ok(&self) -> bool {
-        self.header.is_some_and(|h| h.signature == SIGNATURE)
-    }
-
-    pub(super) fn is_exact(&self) -> bool {
-        matches!(self.naming, Naming::Exact(_))
-    }
-
-    pub(super) fn perms(&self) -> String {
-        String::from_utf8_lossy(&self.perms).into_owned()
-    }
-
-    pub(super) fn describe(&self) -> String {
-        let name = if self.name.is_empty() {
-            "an unnamed mapping".to_owned()
-        } else {
-            self.name.clone()
-        };
-        format!(
-            "{name} at {:#x} ({}, {} bytes)",
-            self.start,
-            self.perms(),
-            self.end.saturating_sub(self.start)
-        )
-    }
-}
 
 impl ProcessSide {
     /// Whether the process has any mapping that may hold a process context.

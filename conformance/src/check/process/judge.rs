@@ -14,11 +14,11 @@ use otel_ctx_codec::threadlocal::{
 use otel_ctx_reader::process::boottime_ns;
 
 use super::clock::clock_ticks_per_second;
-use super::discover::{Candidate, Naming, MAX_PROBED};
-use super::observe::{PayloadRead, Seen};
-use super::{Content, Presence, ProcessSide, TLS_SCHEMAS};
+use super::discover::MAX_PROBED;
+use super::{Candidate, Content, Naming, PayloadRead, Presence, ProcessSide, Seen, TLS_SCHEMAS};
+use crate::check::rules::RuleId;
 use crate::check::rules::Side;
-use crate::check::{plural, RuleId, Status, Verdicts};
+use crate::check::verdict::{plural, Status, Verdicts};
 
 /// Names listed in full in an observation before it is cut short.
 const NAMES_SHOWN: usize = 8;

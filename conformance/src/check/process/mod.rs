@@ -20,14 +20,13 @@ mod observe;
 
 use std::time::Instant;
 
+use otel_ctx_codec::header::{ProcessContextHeader, SIGNATURE};
 use otel_ctx_codec::threadlocal::{SCHEMA_TLSDESC_V1_DEV, SCHEMA_TLS_V1};
-use otel_ctx_reader::maps::MapsScanner;
+use otel_ctx_reader::maps::{MappingName, MapsScanner};
 use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
 use otel_ctx_reader::Error;
 
-use super::Verdicts;
-use discover::Candidate;
-use observe::Seen;
+use super::verdict::Verdicts;
 
 /// The schemas whose thread contexts are the TLS records of OTEP 4947, found through
 /// `otel_thread_ctx_v1`; other schemas (`go_pprof_labels_v1`) tell readers to look
@@ -72,6 +71,77 @@ pub(super) enum KeyMapLen {
     Absent,
     /// The process context cannot be read or its key map is malformed.
     Unknown,
+}
+
+/// How a candidate mapping is named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Naming {
+    /// One of the names readers match.
+    Exact(MappingName),
+    /// A name that mentions `OTEL_CTX` in some other spelling or form.
+    NearMiss,
+    /// Any other name, or none, but the mapping starts with the `OTEL_CTX` signature.
+    Other,
+}
+
+/// A mapping that may hold a process context.
+#[derive(Clone, Debug)]
+pub(super) struct Candidate {
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) perms: [u8; 4],
+    pub(super) name: String,
+    pub(super) naming: Naming,
+    /// Its first 32 bytes, as they were when discovered; `None` if unreadable.
+    pub(super) header: Option<ProcessContextHeader>,
+}
+
+impl Candidate {
+    pub(super) fn signature_ok(&self) -> bool {
+        self.header.is_some_and(|h| h.signature == SIGNATURE)
+    }
+
+    pub(super) fn is_exact(&self) -> bool {
+        matches!(self.naming, Naming::Exact(_))
+    }
+
+    pub(super) fn perms(&self) -> String {
+        String::from_utf8_lossy(&self.perms).into_owned()
+    }
+
+    pub(super) fn describe(&self) -> String {
+        let name = if self.name.is_empty() {
+            "an unnamed mapping".to_owned()
+        } else {
+            self.name.clone()
+        };
+        format!(
+            "{name} at {:#x} ({}, {} bytes)",
+            self.start,
+            self.perms(),
+            self.end.saturating_sub(self.start)
+        )
+    }
+}
+
+/// The payload as one consistent read found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum PayloadRead {
+    /// `payload_size` is 0 or over the bound: readers do not copy it.
+    OutOfRange,
+    /// The pointer and size name memory the process has not mapped.
+    Unmapped,
+    /// The bytes.
+    Bytes(Vec<u8>),
+}
+
+/// The last consistent read, to compare the next one with.
+#[derive(Debug)]
+pub(super) struct Seen {
+    pub(super) published_at: u64,
+    pub(super) payload: u64,
+    pub(super) payload_size: u32,
+    pub(super) payload_read: PayloadRead,
 }
 
 /// The process-context half of a check.
@@ -138,20 +208,6 @@ impl ProcessSide {
             unprobed: 0,
             mappings: 0,
         })
-    }
-
-    /// The key map's length for judging thread records; `refresh` reads the process
-    /// context again first (a record may use a key added since the last read).
-    pub(super) fn key_map_len(&mut self, refresh: bool) -> KeyMapLen {
-        if refresh {
-            // A failed read leaves the last known key map; the watch reports the failure.
-            let _ = self.poll();
-        }
-        match self.content.as_ref().map(|c| &c.key_map) {
-            Some(Presence::Valid(names)) => KeyMapLen::Known(names.len()),
-            Some(Presence::Absent) => KeyMapLen::Absent,
-            Some(Presence::Invalid) | None => KeyMapLen::Unknown,
-        }
     }
 
     /// What the thread side needs to know.

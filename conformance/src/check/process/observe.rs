@@ -11,7 +11,7 @@ use otel_ctx_reader::{Error, ProcessMaps};
 use super::clock::{other_time_namespace, process_start_ns};
 use super::discover::choose;
 use super::judge::key_map_change;
-use super::{Presence, ProcessSide};
+use super::{KeyMapLen, PayloadRead, Presence, ProcessSide, Seen};
 
 /// Reads of the header made on the first look: while the timestamp is 0 or changing, the
 /// checker retries for about 100 ms before it concludes.
@@ -20,17 +20,6 @@ const FIRST_READ_ATTEMPTS: u32 = 50;
 const FIRST_READ_PAUSE: Duration = Duration::from_millis(2);
 /// Reads per poll while watching (a poll that finds the writer busy simply ends).
 const POLL_ATTEMPTS: u32 = 2;
-
-/// The payload as one consistent read found it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum PayloadRead {
-    /// `payload_size` is 0 or over the bound: readers do not copy it.
-    OutOfRange,
-    /// The pointer and size name memory the process has not mapped.
-    Unmapped,
-    /// The bytes.
-    Bytes(Vec<u8>),
-}
 
 /// The outcome of a seqlock read of header and payload.
 enum ReadOutcome {
@@ -44,16 +33,21 @@ enum ReadOutcome {
     Unmapped,
 }
 
-/// The last consistent read, to compare the next one with.
-#[derive(Debug)]
-pub(super) struct Seen {
-    pub(super) published_at: u64,
-    pub(super) payload: u64,
-    pub(super) payload_size: u32,
-    pub(super) payload_read: PayloadRead,
-}
-
 impl ProcessSide {
+    /// The key map's length for judging thread records; `refresh` reads the process
+    /// context again first (a record may use a key added since the last read).
+    pub(in crate::check) fn key_map_len(&mut self, refresh: bool) -> KeyMapLen {
+        if refresh {
+            // A failed read leaves the last known key map; the watch reports the failure.
+            let _ = self.poll();
+        }
+        match self.content.as_ref().map(|c| &c.key_map) {
+            Some(Presence::Valid(names)) => KeyMapLen::Known(names.len()),
+            Some(Presence::Absent) => KeyMapLen::Absent,
+            Some(Presence::Invalid) | None => KeyMapLen::Unknown,
+        }
+    }
+
     /// Finds the candidate mappings and makes the first consistent read of the primary
     /// one, retrying for about 100 ms while its timestamp is 0 or changing. Returns the
     /// pass over the maps, for the thread side's modules.

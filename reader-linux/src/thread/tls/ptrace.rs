@@ -150,13 +150,13 @@ impl StoppedThread {
                         },
                         None => PtraceError::Denied {
                             source: e,
-                            refuser: crate::denied::diagnose(tid as u32),
+                            refuser: crate::procfs::diagnose(tid as u32),
                         },
                     }
                 }
                 _ => PtraceError::Denied {
                     source: e,
-                    refuser: crate::denied::diagnose(tid as u32),
+                    refuser: crate::procfs::diagnose(tid as u32),
                 },
             };
             return Err(error);
