@@ -93,7 +93,8 @@ impl Stat {
         })
     }
 
-    /// Running or ready to run (`R`): what a CPU profile samples.
+    /// Running or ready to run (`R`): what a CPU profile samples where the kernel keeps no
+    /// scheduler statistics.
     pub const fn is_running(&self) -> bool {
         self.state == b'R'
     }
@@ -118,6 +119,19 @@ pub fn stat(pid: u32) -> Option<Stat> {
 /// Thread `tid` of process `pid`'s `stat`; `None` when it is gone.
 pub fn task_stat(pid: u32, tid: u32) -> Option<Stat> {
     Stat::parse(&fs::read(format!("/proc/{pid}/task/{tid}/stat")).ok()?)
+}
+
+/// Thread `tid` of process `pid`'s time on a CPU so far, in nanoseconds (the first field
+/// of its `schedstat`); `None` when it is gone, or the kernel keeps no scheduler
+/// statistics (`CONFIG_SCHED_INFO`).
+pub fn task_cpu_time(pid: u32, tid: u32) -> Option<u64> {
+    parse_schedstat(&fs::read(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?)
+}
+
+/// The first field of a `schedstat` file: nanoseconds on a CPU.
+pub fn parse_schedstat(bytes: &[u8]) -> Option<u64> {
+    let field = bytes.split(u8::is_ascii_whitespace).next()?;
+    std::str::from_utf8(field).ok()?.parse().ok()
 }
 
 /// Thread `tid`'s `stat`, whatever its process (`/proc/<tid>/stat` names any thread).
@@ -268,6 +282,26 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedstat_gives_the_time_on_a_cpu() {
+        assert_eq!(
+            parse_schedstat(b"1310646444 4309598838 2809\n"),
+            Some(1310646444)
+        );
+        assert_eq!(parse_schedstat(b"0 0 0\n"), Some(0));
+        for lying in [
+            &b""[..],
+            b"\n",
+            b"-1 2 3",
+            b"12x 3 4",
+            b"99999999999999999999999 1 1",
+        ] {
+            assert_eq!(parse_schedstat(lying), None, "{lying:?}");
+        }
+        let me = std::process::id();
+        assert!(task_cpu_time(me, me).is_some_and(|ns| ns > 0));
+    }
 
     #[test]
     fn stat_lines_whatever_the_command_name() {

@@ -111,7 +111,9 @@ impl Method {
 /// when its ticks come, whatever this says).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Threads {
-    /// The threads running or ready to run (`R` in their `stat`): a CPU profile.
+    /// The threads that ran on a CPU since the last round (their scheduler statistics;
+    /// `R` in their `stat` where the kernel keeps none), each sample weighted by the CPU
+    /// time it stands for ([`Sample::weight_ns`]): a CPU profile.
     #[default]
     Running,
     /// Every thread: what each thread is doing, idle ones too.

@@ -33,6 +33,10 @@ pub(super) struct Rounds {
     records: RecordBuffer,
     /// `None` when the sampler copies no stacks.
     stack: Option<StackBuffer>,
+    /// Each thread's time on a CPU at the last round, by process and thread (a CPU
+    /// profile, [`Threads::Running`]), and at this one.
+    cpu_before: HashMap<(u32, u32), u64>,
+    cpu_now: HashMap<(u32, u32), u64>,
 }
 
 impl Rounds {
@@ -44,7 +48,26 @@ impl Rounds {
             threads: options.threads,
             records: RecordBuffer::with_capacity(1024),
             stack: (options.stack_size > 0).then(|| StackBuffer::new(options.stack_size)),
+            cpu_before: HashMap::new(),
+            cpu_now: HashMap::new(),
         }
+    }
+
+    /// What a sample of thread `tid` stands for in a CPU profile: the time it spent on a
+    /// CPU since the last round (its scheduler's own accounting), `None` when it did not
+    /// run (or is seen for the first time: that round sets its baseline). A thread that
+    /// is runnable but waits for a CPU is not counted, nor is a thread's whole period
+    /// when it had half a CPU. Without scheduler statistics, a thread in state `R` stands
+    /// for one period (weight 0).
+    fn cpu_weight(&mut self, pid: u32, tid: u32) -> Option<u64> {
+        let Some(now) = procfs::task_cpu_time(pid, tid) else {
+            return procfs::task_stat(pid, tid)
+                .is_some_and(|s| s.is_running())
+                .then_some(0);
+        };
+        self.cpu_now.insert((pid, tid), now);
+        let before = self.cpu_before.get(&(pid, tid))?;
+        now.checked_sub(*before).filter(|&ran| ran > 0)
     }
 
     /// The interval after a round: uniform between half and one and a half periods.
@@ -97,11 +120,13 @@ impl Rounds {
             };
             let mut reader = readers.get_mut(&pid);
             for tid in tids {
-                if self.threads == Threads::Running
-                    && !procfs::task_stat(pid, tid).is_some_and(|s| s.is_running())
-                {
-                    continue;
-                }
+                let weight_ns = match self.threads {
+                    Threads::Running => match self.cpu_weight(pid, tid) {
+                        Some(ran) => ran,
+                        None => continue,
+                    },
+                    Threads::All => 0,
+                };
                 let Process {
                     stacks,
                     names,
@@ -174,13 +199,16 @@ impl Rounds {
                         Err(e) => Err(e),
                     },
                     python,
-                    weight_ns: 0,
+                    weight_ns,
                 };
                 let changed = deliver(stats, &sample, on_sample);
                 drop(sample);
                 *suspect |= changed;
             }
         }
+        // This round's CPU times are the next one's baseline; threads gone since drop out.
+        std::mem::swap(&mut self.cpu_before, &mut self.cpu_now);
+        self.cpu_now.clear();
         Ok(())
     }
 }

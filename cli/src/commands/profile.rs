@@ -7,8 +7,9 @@
 //!
 //! Samples come from the eBPF sampler (a CPU-clock tick on every CPU: threads are sampled
 //! while they run) in a build with the `ebpf` feature, or with `--sampler ptrace` (or when BPF
-//! cannot be used) from ptrace rounds that stop every thread that is running or ready to
-//! run (`R` in its `stat`) at the rate.
+//! cannot be used) from ptrace rounds that stop, at the rate, every thread that ran on a
+//! CPU since the last round, each sample weighted by the CPU time the thread's scheduler
+//! counted (a thread waiting for a CPU is not counted).
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
