@@ -246,7 +246,7 @@ cargo clippy -p otel-ctx-sampler -p otel-ctx --all-targets --features otel-ctx/e
 RUSTDOCFLAGS="-D warnings" cargo doc -p otel-ctx-sampler --features ebpf --no-deps -q
 cargo build -q -p otel-ctx-sampler --features ebpf --examples
 cargo build -q -p otel-ctx-sampler --features ebpf --target aarch64-unknown-linux-gnu
-run_tests cargo test -p otel-ctx-sampler --features ebpf --lib --test ebpf_matrix --test sampler --test python_frames
+run_tests cargo test -p otel-ctx-sampler --features ebpf --lib --test ebpf_matrix --test sampler --test python_frames --test cpu_time
 # With them: where profiles are written, the README's recipe, and the static binary of
 # scripts/build-static.sh (musl, with the eBPF sampler), built by that script (an
 # unoptimized release build: see the test).
