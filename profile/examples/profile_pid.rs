@@ -23,6 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("eBPF not used: {why}");
     }
     session.run(Duration::from_secs(3), |_| false)?;
+    session.finish(); // sampling stops; debuginfod, if DEBUGINFOD_URLS is set, for 1 s at most
     let profile = session.profile();
     profile.write_pprof(std::fs::File::create(out)?)?;
     let how = session.sampler().method().name();

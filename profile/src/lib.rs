@@ -113,7 +113,7 @@ pub use python::{PythonStats, MAX_PYTHON_LOCATIONS};
 pub use sample::{Filter, ProfileOptions, SampleOutcome, DEFAULT_MAX_DEPTH, DEFAULT_PERIOD_NS};
 pub use session::{
     FleetCounts, FleetOptions, FleetProfiler, FleetSummary, Member, ProcessProfiler,
-    ProcessSummary, SessionOptions,
+    ProcessSummary, SessionOptions, DEFAULT_DEBUGINFOD_TIME,
 };
 #[cfg(feature = "debuginfod")]
 pub use source::debuginfod::{Debuginfod, DebuginfodFetch, DebuginfodOptions, Fetched};

@@ -299,7 +299,7 @@ mod debuginfod {
         };
         assert!(!hidden_named(&before), "{}", folded(&before));
 
-        let fetches = profiler.fetch_debug_files(&client);
+        let fetches = profiler.fetch_debug_files(&client, far());
         assert_eq!(
             fetches.len(),
             1,
@@ -338,7 +338,7 @@ mod debuginfod {
         let mut second = Profiler::new(captured.pid, ProfileOptions::default());
         second.update_maps(&captured.maps);
         replay(&mut second, &captured.samples);
-        let fetches = second.fetch_debug_files(&again);
+        let fetches = second.fetch_debug_files(&again, far());
         assert!(
             matches!(&fetches[0].outcome, Ok(SymbolSource::Debuginfod { url, .. }) if url == "cache"),
             "{fetches:?}"
@@ -347,10 +347,10 @@ mod debuginfod {
 
         // A build id the server has not: both artifacts asked once, then remembered.
         let unknown = [0xab; 20];
-        let error = again.fetch(&unknown).unwrap_err();
+        let error = again.fetch(&unknown, far()).unwrap_err();
         assert!(error.contains("not found"), "{error}");
         assert_eq!(hits.load(Ordering::Relaxed), 3);
-        let error = again.fetch(&unknown).unwrap_err();
+        let error = again.fetch(&unknown, far()).unwrap_err();
         assert!(error.contains("remembered miss"), "{error}");
         assert_eq!(
             hits.load(Ordering::Relaxed),
@@ -372,10 +372,10 @@ mod debuginfod {
                 .with_timeout(Duration::from_secs(1)),
         );
         let started = Instant::now();
-        let error = client.fetch(&[1; 20]).unwrap_err();
+        let error = client.fetch(&[1; 20], far()).unwrap_err();
         eprintln!("a silent debuginfod: given up in {:?}", started.elapsed());
         assert!(error.contains("DEBUGINFOD_TIMEOUT"), "{error}");
-        let error = client.fetch(&[2; 20]).unwrap_err();
+        let error = client.fetch(&[2; 20], far()).unwrap_err();
         assert!(error.contains("failed before"), "{error}");
         assert_eq!(silent_hits.load(Ordering::Relaxed), 1);
         // Not a "not found": nothing remembered in the cache.
@@ -391,7 +391,7 @@ mod debuginfod {
             DebuginfodOptions::new(vec![endless.clone()], cache.clone()).with_max_bytes(4 << 20),
         );
         let started = Instant::now();
-        let error = client.fetch(&[3; 20]).unwrap_err();
+        let error = client.fetch(&[3; 20], far()).unwrap_err();
         eprintln!(
             "an endless debuginfod body: stopped in {:?} after {} MiB sent",
             started.elapsed(),
@@ -410,7 +410,36 @@ mod debuginfod {
             DebuginfodOptions::new(vec![trickle], cache.clone())
                 .with_max_time(Duration::from_secs(1)),
         );
-        let error = client.fetch(&[4; 20]).unwrap_err();
+        let error = client.fetch(&[4; 20], far()).unwrap_err();
         assert!(error.contains("DEBUGINFOD_MAXTIME"), "{error}");
+
+        // A silent server and elfutils' 90 s timeout, with a second left for fetching:
+        // the fetch ends with the second, and says why.
+        let silent = silent_server(Arc::new(AtomicU64::new(0)));
+        let client = Debuginfod::new(DebuginfodOptions::new(vec![silent], cache.clone()));
+        let started = Instant::now();
+        let error = client
+            .fetch(&[5; 20], started + Duration::from_secs(1))
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(error.contains("left for fetching"), "{error}");
+        // Past its time, nothing is asked.
+        let hits = Arc::new(AtomicU64::new(0));
+        let client = Debuginfod::new(DebuginfodOptions::new(
+            vec![silent_server(hits.clone())],
+            cache.clone(),
+        ));
+        let error = client.fetch(&[6; 20], Instant::now()).unwrap_err();
+        assert_eq!(hits.load(Ordering::Relaxed), 0);
+        assert!(error.contains("time for fetching ran out"), "{error}");
+    }
+
+    /// Far enough away not to bound a fetch.
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
     }
 }

@@ -473,6 +473,17 @@ impl Sampler {
         }
     }
 
+    /// Stops sampling: the eBPF program is detached from the CPUs' ticks (ptrace rounds
+    /// only ever run inside [`step`](Self::step)). Its counts stay; a step after it takes
+    /// no new sample. For a session whose sampling is over and whose profile is being
+    /// made, so that waiting then (on a debuginfod server, say) costs no sample.
+    pub fn stop(&mut self) {
+        #[cfg(feature = "ebpf")]
+        if let Engine::Ebpf(sampler) = &mut self.engine {
+            sampler.stop();
+        }
+    }
+
     /// How this sampler samples.
     pub const fn method(&self) -> Method {
         match self.engine {

@@ -128,8 +128,10 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
     if progress {
         eprint!("\r\x1b[K");
     }
-    // The samples taken since the last step, without waiting.
+    // The samples taken since the last step, without waiting; then sampling ends, before
+    // the last profiles are made (and debuginfod waited for).
     fleet.step(Duration::ZERO).map_err(sampler_failure)?;
+    fleet.finish();
     let stats = match exporter {
         Some(mut exporter) => {
             exporter.submit(fleet.take_profiles());
@@ -241,6 +243,7 @@ fn summary(
 ) -> String {
     let elapsed = text::duration(started.elapsed().as_nanos() as u64);
     let mut out = format!("otel-ctx profile: {elapsed}; {}", fleet.summary());
+    out.push_str(&text::debuginfod(fleet.debuginfod()));
     if let Some((to, stats)) = export {
         out.push_str(&format!("otlp to {to}: {stats}\n"));
     }

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use otel_ctx_profile::{
-    Debuginfod, DebuginfodFetch, Filter, FoldedOptions, Format, Outputs, ProcessProfiler, Profile,
+    DebuginfodFetch, Filter, FoldedOptions, Format, Outputs, ProcessProfiler, Profile,
     ProfileOptions, SessionOptions,
 };
 use otel_ctx_sampler::stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
@@ -108,6 +108,10 @@ pub struct Request {
     /// OTEL_EXPORTER_OTLP_TIMEOUT, else 10s).
     #[arg(long, value_parser = super::parse_duration, allow_negative_numbers = true)]
     pub otlp_timeout: Option<Duration>,
+    /// How long, in all, the debug files of stripped modules may be waited for from the
+    /// debuginfod servers of DEBUGINFOD_URLS once sampling is over (0: none is asked).
+    #[arg(long, default_value = "1s", value_parser = super::parse_duration, allow_negative_numbers = true)]
+    pub debuginfod_time: Duration,
     /// How often the profiles are sent (OTLP).
     #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
     pub export_interval: Duration,
@@ -137,6 +141,7 @@ impl Request {
         SessionOptions::default()
             .with_sampler(sampler)
             .with_profile(profile)
+            .with_debuginfod_time(self.debuginfod_time)
     }
 
     /// Where the profiles go and in which format, by the rule of
@@ -205,26 +210,23 @@ pub fn run(request: &Request) -> Result<(), Failure> {
     if progress {
         eprint!("\r\x1b[K");
     }
-    // Sampling is over: the network may be waited on now, never between samples.
-    let fetches = match Debuginfod::from_env() {
-        Some(client) => {
-            if progress {
-                eprint!("asking debuginfod for the debug files of stripped modules...");
-            }
-            let fetches = session.profiler().fetch_debug_files(&client);
-            if progress {
-                eprint!("\r\x1b[K");
-            }
-            fetches
-        }
-        None => Vec::new(),
-    };
+    // Sampling is over: the sampler stops, and debuginfod may be waited on, for at most
+    // --debuginfod-time.
+    let asking = progress && std::env::var_os("DEBUGINFOD_URLS").is_some();
+    if asking {
+        eprint!("asking debuginfod for the debug files of stripped modules...");
+    }
+    session.finish();
+    if asking {
+        eprint!("\r\x1b[K");
+    }
+    let fetches = session.debuginfod();
     let profile = session.profile();
     let folded = FoldedOptions::default().with_by(Some(request.by.clone()));
     write(&profile, format, &folded, &path)?;
     // Summaries and progress go to stderr, whatever the output: stdout is the profile's
     // when it is `-`, and a script's otherwise.
-    eprint!("{}", summary(&session, &profile, &fetches, &path, format));
+    eprint!("{}", summary(&session, &profile, fetches, &path, format));
     Ok(())
 }
 
@@ -305,12 +307,7 @@ fn summary(
     format: Format,
 ) -> String {
     let mut out = session.summary(profile).to_string();
-    if !fetches.is_empty() {
-        let fetched = fetches.iter().filter(|f| f.outcome.is_ok()).count();
-        let n = fetches.len() as u64;
-        let what = text::plural(n, "debug file fetched", "debug files fetched");
-        out.push_str(&format!("debuginfod: {fetched} of {n} {what}\n"));
-    }
+    out.push_str(&text::debuginfod(fetches));
     if path.as_os_str() != "-" {
         let what = format.description();
         out.push_str(&format!("{what} written to {}\n", path.display()));

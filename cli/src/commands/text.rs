@@ -162,6 +162,18 @@ impl Screen {
     }
 }
 
+/// `debuginfod: N of M debug files fetched` (and a newline), or nothing when none was
+/// asked for.
+pub fn debuginfod(fetches: &[otel_ctx_profile::DebuginfodFetch]) -> String {
+    if fetches.is_empty() {
+        return String::new();
+    }
+    let fetched = fetches.iter().filter(|f| f.outcome.is_ok()).count();
+    let n = fetches.len() as u64;
+    let what = plural(n, "debug file fetched", "debug files fetched");
+    format!("debuginfod: {fetched} of {n} {what}\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -139,6 +139,13 @@ pub struct FleetProfiler {
     finished: Vec<Profile>,
     counts: FleetCounts,
     own_pid: u32,
+    /// The debuginfod client (`DEBUGINFOD_URLS`), kept for the fleet's life: a server
+    /// that failed is not asked again, and how long each profile's fetch may take.
+    #[cfg(feature = "debuginfod")]
+    debuginfod: Option<(crate::Debuginfod, Duration)>,
+    /// What the last fetch asked debuginfod for, and got.
+    #[cfg(feature = "debuginfod")]
+    fetches: Vec<crate::DebuginfodFetch>,
 }
 
 impl std::fmt::Debug for FleetProfiler {
@@ -178,6 +185,13 @@ impl FleetProfiler {
             finished: Vec::new(),
             counts: FleetCounts::default(),
             own_pid,
+            #[cfg(feature = "debuginfod")]
+            debuginfod: (!options.session.debuginfod_time.is_zero())
+                .then(crate::Debuginfod::from_env)
+                .flatten()
+                .map(|client| (client, options.session.debuginfod_time)),
+            #[cfg(feature = "debuginfod")]
+            fetches: Vec::new(),
         };
         if options.discover.is_some() && options.publication_hook {
             fleet.start_hook();
@@ -448,6 +462,7 @@ impl FleetProfiler {
     /// The profiles of the interval that ends now (the processes gone since included),
     /// each process's aggregate started again.
     pub fn take_profiles(&mut self) -> Vec<Profile> {
+        self.fetch_debug_files();
         let mut profiles = std::mem::take(&mut self.finished);
         for followed in self.processes.values_mut() {
             let profile = followed.profiler.profile();
@@ -463,9 +478,39 @@ impl FleetProfiler {
     /// [`take_profiles`](Self::take_profiles)), the processes gone since included, with
     /// those that have no samples.
     pub fn profiles(&mut self) -> Vec<Profile> {
+        self.fetch_debug_files();
         let mut profiles = std::mem::take(&mut self.finished);
         profiles.extend(self.processes.values().map(|f| f.profiler.profile()));
         profiles
+    }
+
+    /// Ends the sampling: the eBPF program is detached, so that making the last profiles
+    /// (and waiting for debuginfod) costs the targets nothing and loses no sample.
+    pub fn finish(&mut self) {
+        self.sampler.stop();
+    }
+
+    /// With the feature `debuginfod` and `DEBUGINFOD_URLS` set, before profiles are made:
+    /// asks its servers for the debug files of the stripped modules that have frames in
+    /// the profiles, for at most [`SessionOptions::debuginfod_time`] in all (within the
+    /// ring's seconds, so a sampler still running loses nothing meanwhile); a module
+    /// asked once is not asked again.
+    fn fetch_debug_files(&mut self) {
+        #[cfg(feature = "debuginfod")]
+        if let Some((client, time)) = &self.debuginfod {
+            let until = Instant::now() + *time;
+            self.fetches.clear();
+            for followed in self.processes.values() {
+                let fetched = followed.profiler.fetch_debug_files(client, until);
+                self.fetches.extend(fetched);
+            }
+        }
+    }
+
+    /// What the last profiles' fetch asked debuginfod for, module by module, and got.
+    #[cfg(feature = "debuginfod")]
+    pub fn debuginfod(&self) -> &[crate::DebuginfodFetch] {
+        &self.fetches
     }
 
     /// Whether it follows no process (a fleet given its processes ends when they have

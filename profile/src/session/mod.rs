@@ -9,5 +9,5 @@ mod scout;
 mod summary;
 
 pub use fleet::{FleetCounts, FleetOptions, FleetProfiler, Member};
-pub use process::{ProcessProfiler, SessionOptions};
+pub use process::{ProcessProfiler, SessionOptions, DEFAULT_DEBUGINFOD_TIME};
 pub use summary::{FleetSummary, ProcessSummary};

@@ -9,8 +9,11 @@ use otel_ctx_sampler::{Following, Sampler, SamplerError, SamplerOptions};
 
 use crate::{Profile, ProfileOptions, Profiler};
 
+/// The default of [`SessionOptions::debuginfod_time`].
+pub const DEFAULT_DEBUGINFOD_TIME: Duration = Duration::from_secs(1);
+
 /// How a session samples and profiles. Start from `SessionOptions::default()`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SessionOptions {
     /// How the threads are sampled (eBPF or ptrace, the rate, the stack copied).
@@ -18,9 +21,31 @@ pub struct SessionOptions {
     /// How each process's samples are unwound, symbolized and aggregated. Its
     /// [`period_ns`](ProfileOptions::period_ns) is taken from the sampler's rate.
     pub profile: ProfileOptions,
+    /// With the feature `debuginfod` and `DEBUGINFOD_URLS` set: how long, in all, the
+    /// debug files still missing when sampling is over may be waited for (each download
+    /// within its own bounds too); 0 asks no server. Default
+    /// [`DEFAULT_DEBUGINFOD_TIME`].
+    pub debuginfod_time: Duration,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            sampler: SamplerOptions::default(),
+            profile: ProfileOptions::default(),
+            debuginfod_time: DEFAULT_DEBUGINFOD_TIME,
+        }
+    }
 }
 
 impl SessionOptions {
+    /// Sets [`debuginfod_time`](Self::debuginfod_time).
+    #[must_use]
+    pub fn with_debuginfod_time(mut self, time: Duration) -> Self {
+        self.debuginfod_time = time;
+        self
+    }
+
     /// Sets [`sampler`](Self::sampler).
     #[must_use]
     pub fn with_sampler(mut self, sampler: SamplerOptions) -> Self {
@@ -68,6 +93,12 @@ pub struct ProcessProfiler {
     started_wall: SystemTime,
     /// The end of the last step: the sampling window is `started..sampled_until`.
     sampled_until: Instant,
+    /// How long [`finish`](Self::finish) may wait for debuginfod.
+    #[cfg(feature = "debuginfod")]
+    debuginfod_time: Duration,
+    /// What [`finish`](Self::finish) asked debuginfod for, and got.
+    #[cfg(feature = "debuginfod")]
+    fetches: Vec<crate::DebuginfodFetch>,
 }
 
 impl ProcessProfiler {
@@ -93,6 +124,10 @@ impl ProcessProfiler {
             started,
             started_wall: SystemTime::now(),
             sampled_until: started,
+            #[cfg(feature = "debuginfod")]
+            debuginfod_time: options.debuginfod_time,
+            #[cfg(feature = "debuginfod")]
+            fetches: Vec::new(),
         })
     }
 
@@ -178,6 +213,29 @@ impl ProcessProfiler {
             self.step(Duration::ZERO)?;
         }
         Ok(())
+    }
+
+    /// Ends the sampling (the eBPF program is detached: nothing runs in the target from
+    /// now on, and nothing is lost while the profile is made), then, with the feature
+    /// `debuginfod` and `DEBUGINFOD_URLS` set, asks its servers for the debug files of
+    /// the stripped modules that have frames in the profile, for at most
+    /// [`SessionOptions::debuginfod_time`] in all ([`debuginfod`](Self::debuginfod)
+    /// says what came of it). The next [`profile`](Self::profile) names their frames.
+    pub fn finish(&mut self) {
+        self.sampler.stop();
+        #[cfg(feature = "debuginfod")]
+        if !self.debuginfod_time.is_zero() {
+            if let Some(client) = crate::Debuginfod::from_env() {
+                let until = Instant::now() + self.debuginfod_time;
+                self.fetches = self.profiler.fetch_debug_files(&client, until);
+            }
+        }
+    }
+
+    /// What [`finish`](Self::finish) asked debuginfod for, module by module, and got.
+    #[cfg(feature = "debuginfod")]
+    pub fn debuginfod(&self) -> &[crate::DebuginfodFetch] {
+        &self.fetches
     }
 
     /// The profile so far: every distinct frame symbolized, every label spelled out; it

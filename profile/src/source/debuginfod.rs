@@ -193,8 +193,9 @@ impl Debuginfod {
     }
 
     /// The debug file (else the executable) of build id `build_id`: from the cache, or
-    /// fetched from the first server that has it. Why not, when no server has it.
-    pub fn fetch(&self, build_id: &[u8]) -> Result<Fetched, String> {
+    /// fetched from the first server that has it, by `until` (no request is made past
+    /// it, and none outlives it). Why not, when no server has it.
+    pub fn fetch(&self, build_id: &[u8], until: Instant) -> Result<Fetched, String> {
         let id = crate::hex(build_id);
         if id.is_empty() {
             return Err("no build id".into());
@@ -223,7 +224,14 @@ impl Debuginfod {
                     continue;
                 }
                 let request = format!("{url}/buildid/{id}/{artifact}");
-                match self.download(&request, &dir, &path) {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    reasons.push(format!(
+                        "{request}: not asked, the time for fetching ran out"
+                    ));
+                    return Err(reasons.join("; "));
+                }
+                match self.download(&request, &dir, &path, left) {
                     Ok(()) => {
                         return Ok(Fetched {
                             path,
@@ -256,14 +264,19 @@ impl Debuginfod {
             .map_or(DEFAULT_CACHE_MISS, Duration::from_secs)
     }
 
-    /// GETs `url` into `path` (through a temporary file in `dir`), within the bounds.
-    fn download(&self, url: &str, dir: &Path, path: &Path) -> Result<(), Failure> {
+    /// GETs `url` into `path` (through a temporary file in `dir`), within the bounds and
+    /// within `left`, the time left for fetching.
+    fn download(&self, url: &str, dir: &Path, path: &Path, left: Duration) -> Result<(), Failure> {
         let started = Instant::now();
+        let bound = left.min(self.options.max_time);
         let mut response = self
             .agent
             .get(url)
+            .config()
+            .timeout_global(Some(bound))
+            .build()
             .call()
-            .map_err(|e| Failure::Server(describe(&e, &self.options)))?;
+            .map_err(|e| Failure::Server(describe(&e, &self.options, left)))?;
         match response.status().as_u16() {
             200 => {}
             404 => return Err(Failure::NotFound),
@@ -289,7 +302,7 @@ impl Debuginfod {
                 let n = match body.read(&mut buf) {
                     Ok(0) => break,
                     Ok(n) => n,
-                    Err(e) => return Err(describe_read(&e, max, started, &self.options)),
+                    Err(e) => return Err(describe_read(&e, max, started, &self.options, left)),
                 };
                 out.write_all(&buf[..n])
                     .map_err(|e| format!("cannot write {}: {e}", temporary.display()))?;
@@ -346,8 +359,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A failed request in words: which bound it ran into, or the error.
-fn describe(e: &ureq::Error, options: &DebuginfodOptions) -> String {
+fn describe(e: &ureq::Error, options: &DebuginfodOptions, left: Duration) -> String {
     match e {
+        ureq::Error::Timeout(_) if left < options.timeout.min(options.max_time) => format!(
+            "no answer within the {:.1} s left for fetching",
+            left.as_secs_f64()
+        ),
         ureq::Error::Timeout(_) => format!(
             "no answer within {} s (DEBUGINFOD_TIMEOUT)",
             options.timeout.as_secs()
@@ -362,9 +379,15 @@ fn describe_read(
     max: u64,
     started: Instant,
     options: &DebuginfodOptions,
+    left: Duration,
 ) -> String {
     let inner = e.get_ref().and_then(|i| i.downcast_ref::<ureq::Error>());
     match inner {
+        Some(ureq::Error::Timeout(_)) if left < options.max_time => format!(
+            "the download took longer than the {:.1} s left for fetching, stopped after {:.1} s",
+            left.as_secs_f64(),
+            started.elapsed().as_secs_f64()
+        ),
         Some(ureq::Error::BodyExceedsLimit(_)) => {
             format!("the body went past the {max} bytes a download may take (DEBUGINFOD_MAXSIZE)")
         }
@@ -397,9 +420,10 @@ impl Profiler {
     /// remembered by the module: its unknown frames count as
     /// [`UnknownCause::Debuginfod`].
     ///
-    /// Waits on the network (within the client's bounds): call it once sampling is
-    /// done, before the profile is made, never between samples.
-    pub fn fetch_debug_files(&self, client: &Debuginfod) -> Vec<DebuginfodFetch> {
+    /// Waits on the network (within the client's bounds, and until `until` at the
+    /// latest: a module not asked by then is left `[unknown]`, with the reason): call it
+    /// once sampling is done, before the profile is made, never between samples.
+    pub fn fetch_debug_files(&self, client: &Debuginfod, until: Instant) -> Vec<DebuginfodFetch> {
         let mut used: HashSet<u32> = HashSet::new();
         for ((stack, _), _) in self.aggregate.entries() {
             used.extend(self.aggregate.stack(stack).iter().map(|f| f.mapping));
@@ -423,7 +447,7 @@ impl Profiler {
             }
             asked.push(Rc::as_ptr(module));
             let outcome = client
-                .fetch(build_id)
+                .fetch(build_id, until)
                 .map_err(|reason| {
                     Missing::new(UnknownCause::Debuginfod, format!("debuginfod: {reason}"))
                 })

@@ -598,6 +598,21 @@ fn poll_readable(fd: &impl std::os::fd::AsFd, timeout: Duration) -> Result<bool,
 
 /// Loads the program into the kernel, again when the kernel answers `EAGAIN` (the
 /// verifier can give up on a busy machine), a few times.
+impl EbpfSampler {
+    /// Detaches the program from every CPU's perf event: no tick runs it from now on,
+    /// and what it wrote before stays in the ring to be read. For a sampler whose
+    /// sampling is over while its samples are still being made into a profile (and the
+    /// network waited on), so that nothing runs, overflows or is lost meanwhile.
+    pub fn stop(&mut self) {
+        if let Some(program) = self.ebpf.program_mut(PROGRAM_NAME) {
+            if let Ok(program) = <&mut PerfEvent>::try_from(program) {
+                // Unloading detaches every link; failing, the links stay until the drop.
+                let _ = program.unload();
+            }
+        }
+    }
+}
+
 fn load_program(program: &mut PerfEvent) -> Result<(), EbpfError> {
     let mut attempt = 1;
     loop {
