@@ -326,4 +326,20 @@ mod tests {
         // "(overflow)", "k" and "v0": later values could not be interned.
         assert!(a.overflow_labels >= 8);
     }
+
+    #[test]
+    fn label_sets_past_the_limit_are_counted() {
+        let mut a = Aggregate::new(Limits::default().with_max_label_sets(2));
+        for i in 0..5 {
+            a.begin_labels(true);
+            a.label("k", &format!("v{i}"));
+            a.add(&[frame(0)], 1);
+        }
+        let sets: std::collections::HashSet<u32> =
+            a.entries().iter().map(|((_, l), _)| *l).collect();
+        assert!(sets.len() <= 2, "{sets:?}");
+        let counted: u64 = a.entries().iter().map(|(_, c)| c.samples).sum();
+        assert_eq!(counted + a.overflow.samples, 5);
+        assert!(a.overflow.samples >= 3);
+    }
 }

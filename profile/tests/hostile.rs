@@ -63,6 +63,9 @@ fn garbage_registers_and_stacks() {
     };
     let mut foreign = Profiler::new(fixture.pid, ProfileOptions::default().with_arch(other));
     foreign.update_maps(&captured.maps);
+    // The caller's own depth limit.
+    let mut shallow = Profiler::new(captured.pid, ProfileOptions::default().with_max_depth(16));
+    shallow.update_maps(&captured.maps);
     fixture.finish();
     assert!(foreign
         .stats()
@@ -132,6 +135,12 @@ fn garbage_registers_and_stacks() {
     assert_eq!(
         (outcome.end, outcome.frames),
         (Some(UnwindEnd::DepthLimit), 256)
+    );
+    // The same stack, with a limit of the caller's.
+    let outcome = shallow.add(&Sample::new(0, 1, "deep", Some(registers), &stack));
+    assert_eq!(
+        (outcome.end, outcome.frames),
+        (Some(UnwindEnd::DepthLimit), 16)
     );
     // A frame pointer that points at itself ends at once.
     let mut looped = vec![0u8; 64];
