@@ -120,6 +120,30 @@ fn a_fleet_given_its_processes_profiles_each_apart() {
     b.finish();
 }
 
+/// Discovery without the publication hook (`with_publication_hook(false)`): the BPF hook
+/// is not asked for, and a publisher is found by the scans of `/proc` alone.
+#[test]
+fn discovery_by_scans_alone() {
+    let exe = build_routes("sessions-scan", &["-fno-omit-frame-pointer"]);
+    let fixture = Fixture::start_with_env(&exe, &[], &[("OTEL_SERVICE_NAME", "scanned")]);
+    let sampler = SamplerOptions::default().with_method(Some(Method::Ptrace));
+    let options = FleetOptions::default()
+        .with_session(SessionOptions::default().with_sampler(sampler))
+        .with_discover(Some(Duration::from_millis(200)))
+        .with_publication_hook(false);
+    let mut fleet = FleetProfiler::start(options).expect("a fleet");
+    assert_eq!(fleet.hook_refusal(), None, "the hook was not asked for");
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while !fleet.members().iter().any(|m| m.pid == fixture.pid) {
+        assert!(
+            std::time::Instant::now() < end,
+            "not found by a scan in 10 s"
+        );
+        fleet.step(Duration::from_millis(100)).expect("a step");
+    }
+    fixture.finish();
+}
+
 /// A process that sleeps throughout: the summary says that it never ran on a CPU, and the
 /// profile's duration (the SVG's title) is the window sampled, the same as the summary's,
 /// whatever making the profile took after it.
