@@ -57,7 +57,8 @@ pub use wire::{
     EBPF_MAX_RECORD_SIZE, EBPF_MAX_STACK,
 };
 
-/// The BPF object `build.rs` compiled from `bpf/sampler.bpf.c`.
+/// The BPF object built from `bpf/sampler.bpf.c` for this architecture: the one checked in
+/// beside it, which `build.rs` copies (or compiles again with `$OTEL_CTX_BPF_CLANG`).
 static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
 const PROGRAM_NAME: &str = "sample_thread_context";
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";

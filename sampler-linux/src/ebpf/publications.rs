@@ -20,7 +20,8 @@ use aya::{Ebpf, EbpfLoader};
 use super::error::{explain, load_error};
 use super::EbpfError;
 
-/// The BPF object `build.rs` provides from `bpf/publications.bpf.c`.
+/// The BPF object built from `bpf/publications.bpf.c`: the one checked in beside it, which
+/// `build.rs` copies (or compiles again with `$OTEL_CTX_BPF_CLANG`).
 static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/publications.bpf.o"));
 const PROGRAM_NAME: &str = "on_prctl";
 const TRACEPOINT: (&str, &str) = ("syscalls", "sys_enter_prctl");
