@@ -46,11 +46,13 @@
 
 #[cfg(feature = "ebpf")]
 pub mod ebpf;
+mod list;
 mod process;
 mod ptrace;
 pub mod python;
 pub mod stack;
 mod tally;
+mod watch;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -65,9 +67,11 @@ use otel_ctx_reader::thread::{
 use otel_ctx_reader::Error;
 use otel_ctx_reader::UserRegisters;
 
+pub use list::{ThreadList, EBPF_WINDOW};
 pub use process::{Following, PreparedProcess};
 pub use stack::StackBuffer;
 pub use tally::{AttributeTally, NO_CONTEXT, UNREADABLE};
+pub use watch::Watch;
 
 use process::Process;
 

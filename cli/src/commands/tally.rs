@@ -4,19 +4,14 @@
 
 use std::time::Duration;
 
-use otel_ctx_reader::thread::ThreadReaderOptions;
-use otel_ctx_sampler::{AttributeTally, SamplerStats, Threads, UNREADABLE};
-use otel_ctx_sampler::{Following, Method, Sampler, SamplerOptions};
+use otel_ctx_sampler::{Method, SamplerStats, Watch, UNREADABLE};
 use serde::Serialize;
 
 use super::{sampler_failure, text, Failure};
 
-/// Samples of one process counted per attribute value.
+/// The library's [`Watch`] of one process, and how it is shown.
 pub struct Tally {
-    sampler: Sampler,
-    pid: u32,
-    hz: u32,
-    tally: AttributeTally,
+    watch: Watch,
 }
 
 impl Tally {
@@ -31,38 +26,14 @@ impl Tally {
         raw_keys: bool,
         method: Option<Method>,
     ) -> Result<Self, Failure> {
-        let options = SamplerOptions::default()
-            .with_method(method)
-            .with_frequency_hz(hz)
-            .with_stack_size(0)
-            .with_threads(Threads::All)
-            .with_require_known_schema(!raw_keys)
-            .with_thread_reader(ThreadReaderOptions::default());
-        let mut sampler = Sampler::new(options).map_err(sampler_failure)?;
-        // A view of thread contexts has nothing to count without them.
-        if let Following::StacksOnly(why) = sampler.add_process(pid).map_err(sampler_failure)? {
-            return Err(why.into());
-        }
-        Ok(Self {
-            sampler,
-            pid,
-            hz,
-            tally: AttributeTally::new(by, raw_keys),
-        })
+        let watch = Watch::open(pid, hz, by, raw_keys, method).map_err(sampler_failure)?;
+        Ok(Self { watch })
     }
 
     /// Samples for up to `wait` (one ptrace round, or the eBPF samples ready); whether
     /// the process still runs.
     pub fn step(&mut self, wait: Duration) -> Result<bool, Failure> {
-        let tally = &mut self.tally;
-        let step = self
-            .sampler
-            .step(wait, |sample| {
-                tally.add(sample);
-                false
-            })
-            .map_err(sampler_failure)?;
-        Ok(!step.exited.contains(&self.pid))
+        self.watch.step(wait).map_err(sampler_failure)
     }
 
     /// The executable mappings the thread reader left out, one line each.
@@ -74,26 +45,22 @@ impl Tally {
     }
 
     fn reader_skipped(&self) -> &[otel_ctx_reader::thread::tls::SkippedModule] {
-        self.sampler
-            .reader(self.pid)
-            .map_or(&[], |r| r.skipped_modules())
+        self.watch.reader().map_or(&[], |r| r.skipped_modules())
     }
 
     /// When `by` names no key of the key map: a note that says so and lists the keys.
     pub fn key_note(&self) -> Option<String> {
-        let reader = self.sampler.reader(self.pid);
-        self.tally
-            .key_note(reader.and_then(|r| r.key_map()).unwrap_or(&[]))
+        self.watch.key_note()
     }
 
     /// Whether the samples come from the eBPF sampler.
     pub fn is_ebpf(&self) -> bool {
-        self.sampler.method() == Method::Ebpf
+        self.watch.method() == Method::Ebpf
     }
 
     /// How samples are taken, for the line above the table.
     pub fn how(&self) -> String {
-        let (pid, hz) = (self.pid, self.hz);
+        let (pid, hz) = (self.watch.pid(), self.watch.hz());
         if self.is_ebpf() {
             format!("eBPF sampling of {pid}'s running threads at {hz} Hz on every CPU")
         } else {
@@ -103,7 +70,7 @@ impl Tally {
 
     /// The sampler's counts.
     pub fn stats(&self) -> SamplerStats {
-        self.sampler.stats()
+        self.watch.stats()
     }
 
     /// The closing line's counts.
@@ -139,19 +106,19 @@ impl Tally {
 
     /// Thread samples taken.
     pub fn samples(&self) -> u64 {
-        self.tally.samples()
+        self.watch.tally().samples()
     }
 
     /// The aligned table: value, samples, share, bar.
     pub fn table(&self) -> String {
         let samples = self.samples();
         let mut rows = vec![vec![
-            format!("  {}", self.tally.by().to_uppercase()),
+            format!("  {}", self.watch.tally().by().to_uppercase()),
             "SAMPLES".to_owned(),
             "SHARE".to_owned(),
             String::new(),
         ]];
-        for (value, n) in self.tally.rows() {
+        for (value, n) in self.watch.tally().rows() {
             let share = if samples == 0 {
                 0.0
             } else {
@@ -169,7 +136,7 @@ impl Tally {
 
     /// The resolution line shown above the table.
     pub fn heading(&self) -> String {
-        match self.sampler.reader(self.pid) {
+        match self.watch.reader() {
             Some(reader) => {
                 let r = reader.resolution();
                 format!(
@@ -187,9 +154,9 @@ impl Tally {
     pub fn json(&self, elapsed: Duration) -> Summary<'_> {
         let stats = self.stats();
         Summary {
-            pid: self.pid,
-            by: self.tally.by(),
-            hz: self.hz,
+            pid: self.watch.pid(),
+            by: self.watch.tally().by(),
+            hz: self.watch.hz(),
             duration_s: seconds(elapsed),
             rounds: stats.rounds,
             samples: self.samples(),
@@ -208,7 +175,8 @@ impl Tally {
                 .collect(),
             key_note: self.key_note(),
             counts: self
-                .tally
+                .watch
+                .tally()
                 .rows()
                 .into_iter()
                 .map(|(value, samples)| Count { value, samples })
