@@ -2,6 +2,7 @@
 //! `samples/count` and `cpu/nanoseconds`; the labels of each sample as string labels,
 //! with the process's resource attributes on every sample and in the comments.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::time::UNIX_EPOCH;
@@ -212,12 +213,14 @@ impl Profile {
 
         let mut functions: Vec<proto::Function> = Vec::new();
         let mut function_ids: HashMap<(i64, i64), u64> = HashMap::new();
+        // A function by its full name (its system name) and file; shown by its readable
+        // name.
         let mut function = |strings: &mut Strings, name: &str, file: Option<&str>, start: u32| {
             let key = (strings.id(name), file.map_or(0, |f| strings.id(f)));
             *function_ids.entry(key).or_insert_with(|| {
                 functions.push(proto::Function {
                     id: functions.len() as u64 + 1,
-                    name: key.0,
+                    name: strings.id(&readable(name)),
                     system_name: key.0,
                     filename: key.1,
                     start_line: i64::from(start),
@@ -354,6 +357,39 @@ impl Profile {
     }
 }
 
+/// A function's name as pprof's default view shows it whole: Rust's qualified paths
+/// `<Type>::f` and `<Type as Trait>::f` become `Type::f`. pprof takes a name equal to
+/// its system name for one it may simplify, and cuts anything between angle brackets
+/// as C++ template arguments (`<std::time::Instant>::now` was shown as `::now`); the
+/// full name stays the function's system name, which pprof shows as it is.
+fn readable(name: &str) -> Cow<'_, str> {
+    let Some(rest) = name.strip_prefix('<') else {
+        return Cow::Borrowed(name);
+    };
+    // The `>` that closes the leading `<`, and a top-level ` as ` inside it (an arrow's
+    // `>` closes nothing).
+    let (mut depth, mut split) = (1usize, None);
+    let bytes = rest.as_bytes();
+    for (at, &b) in bytes.iter().enumerate() {
+        match b {
+            b'<' => depth += 1,
+            b'>' if at > 0 && bytes[at - 1] == b'-' => {}
+            b'>' => {
+                depth -= 1;
+                if depth == 0 {
+                    let ty = &rest[..split.unwrap_or(at)];
+                    return Cow::Owned(format!("{}{}", readable(ty), &rest[at + 1..]));
+                }
+            }
+            b' ' if depth == 1 && split.is_none() && rest[at..].starts_with(" as ") => {
+                split = Some(at);
+            }
+            _ => {}
+        }
+    }
+    Cow::Borrowed(name)
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Read;
@@ -369,6 +405,38 @@ mod tests {
             .read_to_end(&mut bytes)
             .unwrap();
         proto::Profile::decode(&bytes[..]).unwrap()
+    }
+
+    #[test]
+    fn rust_names_read_well_in_pprof() {
+        for (full, shown) in [
+            (
+                "<std::sys::pal::unix::time::Timespec>::sub_timespec",
+                "std::sys::pal::unix::time::Timespec::sub_timespec",
+            ),
+            (
+                "<std::time::Instant as core::ops::arith::Sub>::sub",
+                "std::time::Instant::sub",
+            ),
+            (
+                "<alloc::vec::Vec<u8> as core::ops::drop::Drop>::drop",
+                "alloc::vec::Vec<u8>::drop",
+            ),
+            (
+                "<<a::B as c::D>::E as f::G>::h::{{closure}}",
+                "a::B::E::h::{{closure}}",
+            ),
+            (
+                "<fn() -> u8 as core::ops::function::FnOnce<()>>::call_once",
+                "fn() -> u8::call_once",
+            ),
+            ("main", "main"),
+            ("std::rt::lang_start", "std::rt::lang_start"),
+            ("<unbalanced", "<unbalanced"),
+            ("[unknown] libx.so+0x300", "[unknown] libx.so+0x300"),
+        ] {
+            assert_eq!(readable(full), shown, "{full}");
+        }
     }
 
     #[test]
