@@ -78,7 +78,9 @@
 #![forbid(unsafe_code)]
 
 mod aggregate;
+mod arch;
 mod assemble;
+mod bytes;
 mod elf;
 #[cfg(feature = "http")]
 pub mod export;
@@ -98,6 +100,7 @@ mod symbolize;
 mod unwind;
 
 pub use aggregate::Limits;
+pub use arch::Arch;
 pub use folded::FoldedOptions;
 pub use format::Format;
 pub use module::{CacheLimits, CacheStats, ModuleCache, ModuleKey};
@@ -115,7 +118,7 @@ pub use source::debuginfod::{Debuginfod, DebuginfodFetch, DebuginfodOptions, Fet
 pub use source::perf_map::PerfMapStats;
 pub use source::{SymbolProblem, SymbolSource, UnknownCause};
 pub use symbolize::Symbol;
-pub use unwind::{Arch, Frame, UnwindEnd};
+pub use unwind::{Frame, UnwindEnd};
 
 /// Lowercase hex of `bytes`: the codec's, the project's one definition.
 pub(crate) use otel_ctx_codec::hex::encode as hex;
