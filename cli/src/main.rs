@@ -86,7 +86,7 @@ enum Command {
     /// Profile a process's CPU by trace and route: stacks unwound and symbolized, each
     /// sample labeled with its thread context; written as pprof (`.pb.gz`), folded text
     /// (`.folded`) or an SVG flame graph (`.svg`).
-    Profile(Box<commands::profile::Request>),
+    Profile(Box<commands::profile_request::Request>),
     /// Start a demo service that publishes contexts, and watch what a reader sees (a build
     /// with the `demo` feature: `cargo install --locked --path cli --features demo`).
     Demo {
@@ -231,7 +231,7 @@ mod tests {
     use super::*;
     use otel_ctx_sampler::Method;
 
-    fn profile(args: &[&str]) -> Result<commands::profile::Request, clap::Error> {
+    fn profile(args: &[&str]) -> Result<commands::profile_request::Request, clap::Error> {
         let argv = ["otel-ctx", "profile"].iter().chain(args);
         match Args::try_parse_from(argv)?.command {
             Command::Profile(request) => Ok(*request),

@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::aggregate::StackFrame;
+use crate::profiler::{MappingRecord, Profiler};
 use crate::python::PYTHON_MAPPING;
 use crate::source::perf_map::PerfMap;
 use crate::source::{SymbolProblem, UnknownCause};
-use crate::{hex, Entry, FrameKind, LabelSet, Location, Mapping, MappingRecord, Profile, Profiler};
+use crate::{hex, Entry, FrameKind, LabelSet, Location, Mapping, Profile};
 
 /// What symbolizing a profile's frames found, beside the names.
 #[derive(Default)]

@@ -14,11 +14,47 @@ use object::elf::{EM_AARCH64, EM_X86_64, NT_GNU_BUILD_ID, PF_X, PT_LOAD, PT_NOTE
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
 use object::{CompressionFormat, Endianness, Object, ObjectSection, ReadRef};
 
-use crate::module::{Bytes, DwarfReader, Segment, UnwindSections};
-use crate::Arch;
+use crate::arch::Arch;
+use crate::bytes::{Bytes, DwarfReader};
 
 /// An ELF file as `object` parses it, over bytes of any origin.
 pub(crate) type Elf<'a, R> = ElfFile64<'a, Endianness, R>;
+
+/// A `PT_LOAD` segment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Segment {
+    pub vaddr: u64,
+    pub offset: u64,
+    pub filesz: u64,
+    pub executable: bool,
+}
+
+/// The sections framehop unwinds with, and the addresses it needs to read them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct UnwindSections {
+    pub text_svma: Option<Range<u64>>,
+    pub got_svma: Option<Range<u64>>,
+    pub eh_frame: Option<(Range<u64>, Bytes)>,
+    pub eh_frame_hdr: Option<(Range<u64>, Bytes)>,
+    pub debug_frame: Option<Bytes>,
+}
+
+impl UnwindSections {
+    /// The sections, less an `.eh_frame_hdr` the unwinder may not trust
+    /// ([`eh_frame_hdr_is_sound`]).
+    pub fn checked(mut self) -> Self {
+        let sound = match (&self.eh_frame_hdr, &self.eh_frame) {
+            (Some((hdr, bytes)), Some((eh_frame, _))) => {
+                eh_frame_hdr_is_sound(hdr.start, bytes, eh_frame)
+            }
+            _ => false,
+        };
+        if !sound {
+            self.eh_frame_hdr = None;
+        }
+        self
+    }
+}
 
 /// The ELF header, the `PT_LOAD` segments and the build id of a file.
 pub(crate) struct Head {

@@ -9,250 +9,21 @@
 //! nothing, and a file truncated while it is read makes a read fail, where an `mmap`
 //! would kill this process with `SIGBUS`. Nothing here maps a target file.
 
+pub(crate) mod data;
+
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::fmt;
-use std::ops::{Deref, Range};
 use std::rc::Rc;
-use std::sync::Arc;
 
 use otel_ctx_reader::files::{open_mapped, BoundedRead, BudgetedFile, FileBudget};
-use otel_ctx_reader::maps::{FileRange, MappedFile};
+use otel_ctx_reader::maps::MappedFile;
 
 use crate::elf::{self, Elf, Head};
-use crate::source::{self, DebugNames, Lookup, Missing, SymbolSource, UnknownCause};
-use crate::symbolize::{Symbol, SymbolTable};
-use crate::{hex, Arch};
+use crate::source::{self, Lookup, SymbolSource};
+use crate::symbolize::SymbolTable;
 
-/// The gimli reader of a module's DWARF: section bytes owned by the module.
-pub(crate) type DwarfReader = gimli::EndianArcSlice<gimli::LittleEndian>;
-
-/// A module's DWARF, ready to look addresses up in.
-pub(crate) type DwarfContext = addr2line::Context<DwarfReader>;
-
-/// Section bytes owned by a module and shared, without copying, with the unwinder.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Bytes(Arc<[u8]>);
-
-impl Bytes {
-    pub fn new(bytes: Arc<[u8]>) -> Self {
-        Self(bytes)
-    }
-
-    pub fn into_arc(self) -> Arc<[u8]> {
-        self.0
-    }
-}
-
-impl Deref for Bytes {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-/// What identifies a module's contents across processes.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum ModuleKey {
-    /// The GNU build id (`NT_GNU_BUILD_ID` note).
-    BuildId(Box<[u8]>),
-    /// No build id: the file's device and inode.
-    File {
-        /// `st_dev`.
-        dev: u64,
-        /// `st_ino`.
-        inode: u64,
-    },
-}
-
-impl fmt::Display for ModuleKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::BuildId(id) => f.write_str(&hex(id)),
-            Self::File { dev, inode } => write!(f, "dev {dev:#x} inode {inode}"),
-        }
-    }
-}
-
-/// A `PT_LOAD` segment.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Segment {
-    pub vaddr: u64,
-    pub offset: u64,
-    pub filesz: u64,
-    pub executable: bool,
-}
-
-/// The sections framehop unwinds with, and the addresses it needs to read them.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct UnwindSections {
-    pub text_svma: Option<Range<u64>>,
-    pub got_svma: Option<Range<u64>>,
-    pub eh_frame: Option<(Range<u64>, Bytes)>,
-    pub eh_frame_hdr: Option<(Range<u64>, Bytes)>,
-    pub debug_frame: Option<Bytes>,
-}
-
-impl UnwindSections {
-    /// The sections, less an `.eh_frame_hdr` the unwinder may not trust
-    /// ([`elf::eh_frame_hdr_is_sound`]).
-    pub fn checked(mut self) -> Self {
-        let sound = match (&self.eh_frame_hdr, &self.eh_frame) {
-            (Some((hdr, bytes)), Some((eh_frame, _))) => {
-                elf::eh_frame_hdr_is_sound(hdr.start, bytes, eh_frame)
-            }
-            _ => false,
-        };
-        if !sound {
-            self.eh_frame_hdr = None;
-        }
-        self
-    }
-}
-
-/// A module's names: its symbols and DWARF, its own file's and those of the sources
-/// that completed them (a debug file, MiniDebugInfo, debuginfod).
-pub(crate) struct Names {
-    pub symbols: SymbolTable,
-    pub dwarf: Option<DwarfContext>,
-    /// Why the DWARF was left out, when a file has some.
-    pub dwarf_note: Option<String>,
-    /// Where the names come from, the module's own file first.
-    pub sources: Vec<SymbolSource>,
-    /// Whether `symbols` is a full table (a `.symtab`): the module is not stripped, or
-    /// a debug file gave its table.
-    pub full: bool,
-    /// Why no source gave a full table, when none did.
-    pub missing: Option<Missing>,
-}
-
-impl Names {
-    /// Whether a debug file would add something: a full table, or the DWARF asked for.
-    pub fn wants_debug_file(&self, debug_info: bool) -> bool {
-        !self.full || (debug_info && self.dwarf.is_none())
-    }
-
-    /// Adds what another source found.
-    pub fn absorb(&mut self, found: DebugNames) {
-        self.symbols.extend(found.symbols);
-        if self.dwarf.is_none() && found.dwarf.is_some() {
-            self.dwarf = found.dwarf;
-            self.dwarf_note = None;
-        } else if self.dwarf.is_none() && found.dwarf_note.is_some() {
-            self.dwarf_note = found.dwarf_note;
-        }
-        self.full |= found.full;
-        if self.full {
-            self.missing = None;
-        }
-        self.sources.push(found.source);
-    }
-
-    /// The cause a frame of this module that nothing names is counted under.
-    pub fn unknown_cause(&self) -> UnknownCause {
-        self.missing
-            .as_ref()
-            .map_or(UnknownCause::NoSymbols, |m| m.cause)
-    }
-}
-
-/// One module's contents, as read once.
-pub(crate) struct ModuleData {
-    pub key: ModuleKey,
-    pub build_id: Option<Box<[u8]>>,
-    pub arch: Arch,
-    pub segments: Vec<Segment>,
-    pub unwind: UnwindSections,
-    /// Its names; a source found later (debuginfod) completes them in place.
-    pub names: RefCell<Names>,
-    pub bytes_read: u64,
-    /// Symbolized addresses (`svma`, with lines or not), at most
-    /// [`MAX_SYMBOLIZED_PER_MODULE`].
-    pub symbolized: RefCell<Symbolized>,
-}
-
-/// A module's symbolized addresses: by `svma` and whether lines were asked for.
-pub(crate) type Symbolized = HashMap<(u64, bool), Rc<[Symbol]>>;
-
-/// Addresses a module keeps symbolized; past that the cache starts over.
-pub(crate) const MAX_SYMBOLIZED_PER_MODULE: usize = 1 << 16;
-
-impl fmt::Debug for ModuleData {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names = self.names.borrow();
-        f.debug_struct("ModuleData")
-            .field("key", &self.key)
-            .field("arch", &self.arch)
-            .field("symbols", &names.symbols.len())
-            .field("dwarf", &names.dwarf.is_some())
-            .field("sources", &names.sources)
-            .field("bytes_read", &self.bytes_read)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ModuleData {
-    /// A module of `head`, unwound with `unwind` and named by `names`.
-    pub fn new(
-        key: ModuleKey,
-        head: Head,
-        unwind: UnwindSections,
-        names: Names,
-        bytes_read: u64,
-    ) -> Self {
-        Self {
-            key,
-            build_id: head.build_id,
-            arch: head.arch,
-            segments: head.segments,
-            unwind,
-            names: RefCell::new(names),
-            bytes_read,
-            symbolized: RefCell::new(HashMap::new()),
-        }
-    }
-
-    /// The load bias of the file mapped as `ranges`: what is added to an address of
-    /// the file (`svma`) to give the address in the process. `None` when no mapping of
-    /// the file lines up with one of its `PT_LOAD` segments.
-    pub fn bias(&self, ranges: &[FileRange]) -> Option<u64> {
-        ranges.iter().filter(|r| r.is_executable()).find_map(|r| {
-            let seg = self.segments.iter().find(|s| {
-                s.executable
-                    && s.offset & !0xfff <= r.offset
-                    && r.offset < s.offset.saturating_add(s.filesz.max(1))
-            })?;
-            // r.start holds file offset r.offset, which the segment puts at
-            // vaddr + (r.offset - offset).
-            let svma = seg.vaddr.wrapping_add(r.offset).wrapping_sub(seg.offset);
-            Some(r.start.wrapping_sub(svma))
-        })
-    }
-}
-
-/// Why a module was not read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SkipReason {
-    pub text: String,
-    /// Whether it was the budget: a file larger or slower to read than it allows.
-    pub budget: bool,
-}
-
-impl SkipReason {
-    pub fn new(text: impl Into<String>) -> Self {
-        Self {
-            text: text.into(),
-            budget: false,
-        }
-    }
-}
-
-impl fmt::Display for SkipReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
-    }
-}
+pub use data::ModuleKey;
+pub(crate) use data::{ModuleData, Names, SkipReason};
 
 /// What a module cache may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -461,7 +232,7 @@ fn load(
             budget: options.budget,
             debug_info: options.debug_info,
         };
-        source::complete(&mut names, &lookup);
+        source::lookup::complete(&mut names, &lookup);
     }
     Ok(ModuleData::new(key, head, unwind, names, bytes_read))
 }
@@ -469,7 +240,10 @@ fn load(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::Arch;
+    use crate::bytes::Bytes;
     use crate::unwind::Walker;
+    use otel_ctx_reader::maps::FileRange;
     use otel_ctx_reader::ProcessMaps;
 
     /// This test binary's own module, read as a target's would be.
@@ -552,7 +326,7 @@ mod tests {
                 let at = (next() % copy.len() as u64) as usize;
                 copy[at] = next() as u8;
             }
-            Bytes(copy.into())
+            Bytes::new(copy.into())
         };
         let mut frames = Vec::new();
         // More rounds for a longer search: OTEL_CTX_PROFILE_FUZZ_ROUNDS=5000.

@@ -5,7 +5,8 @@ use otel_ctx_reader::files::FileBudget;
 use otel_ctx_sampler::Sample;
 
 use crate::aggregate::Limits;
-use crate::unwind::{Arch, UnwindEnd};
+use crate::arch::Arch;
+use crate::unwind::UnwindEnd;
 
 /// The default sampling period: 99 Hz.
 pub const DEFAULT_PERIOD_NS: u64 = 1_000_000_000 / 99;

@@ -4,12 +4,11 @@
 //! resolved, so a long profile resolves each address once.
 
 use std::borrow::Cow;
-use std::rc::Rc;
 
 use object::{Object, ObjectSymbol, ReadRef, SymbolKind};
 
+use crate::bytes::DwarfContext;
 use crate::elf::Elf;
-use crate::module::{ModuleData, MAX_SYMBOLIZED_PER_MODULE};
 
 /// Most symbols kept of one module (libxul has about a million).
 const MAX_SYMBOLS: usize = 1 << 22;
@@ -176,71 +175,60 @@ pub(crate) fn demangle(name: &str) -> String {
     addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned()
 }
 
-impl ModuleData {
-    /// The functions `svma` (an address of the file, already moved back into the call
-    /// instruction for a return address) is in, innermost first; empty when nothing
-    /// names it. Cached per module.
-    pub(crate) fn symbolize(&self, svma: u64, lines: bool) -> Rc<[Symbol]> {
-        if let Some(found) = self.symbolized.borrow().get(&(svma, lines)) {
-            return found.clone();
-        }
-        let resolved: Rc<[Symbol]> = self.resolve(svma, lines).into();
-        let mut cache = self.symbolized.borrow_mut();
-        if cache.len() >= MAX_SYMBOLIZED_PER_MODULE {
-            cache.clear();
-        }
-        cache.insert((svma, lines), resolved.clone());
-        resolved
-    }
-
-    fn resolve(&self, svma: u64, lines: bool) -> Vec<Symbol> {
-        let names = self.names.borrow();
-        let mut out = Vec::new();
-        if let Some(context) = &names.dwarf {
-            if let Ok(mut frames) = context.find_frames(svma).skip_all_loads() {
-                while let Ok(Some(frame)) = frames.next() {
-                    if out.len() >= MAX_INLINE_DEPTH {
-                        break;
-                    }
-                    let name = frame
-                        .function
-                        .as_ref()
-                        .and_then(|f| f.demangle().ok())
-                        .map(Cow::into_owned);
-                    let (file, line) = match (&frame.location, lines) {
-                        (Some(location), true) => (location.file.map(str::to_owned), location.line),
-                        _ => (None, None),
-                    };
-                    out.push((name, file, line));
+/// The functions `svma` (an address of the file, already moved back into the call
+/// instruction for a return address) is in, by a module's DWARF and symbol table,
+/// innermost first; empty when nothing names it.
+pub(crate) fn resolve(
+    symbols: &SymbolTable,
+    dwarf: Option<&DwarfContext>,
+    svma: u64,
+    lines: bool,
+) -> Vec<Symbol> {
+    let mut out = Vec::new();
+    if let Some(context) = dwarf {
+        if let Ok(mut frames) = context.find_frames(svma).skip_all_loads() {
+            while let Ok(Some(frame)) = frames.next() {
+                if out.len() >= MAX_INLINE_DEPTH {
+                    break;
                 }
+                let name = frame
+                    .function
+                    .as_ref()
+                    .and_then(|f| f.demangle().ok())
+                    .map(Cow::into_owned);
+                let (file, line) = match (&frame.location, lines) {
+                    (Some(location), true) => (location.file.map(str::to_owned), location.line),
+                    _ => (None, None),
+                };
+                out.push((name, file, line));
             }
         }
-        let table_name = || names.symbols.lookup(svma).map(|(name, _)| demangle(name));
-        if out.is_empty() {
-            return table_name()
-                .map(|name| Symbol {
-                    name,
-                    file: None,
-                    line: None,
-                })
-                .into_iter()
-                .collect();
-        }
-        let outermost = out.len() - 1;
-        out.into_iter()
-            .enumerate()
-            .filter_map(|(at, (name, file, line))| {
-                // DWARF without a name: the symbol table's for the function itself, a
-                // placeholder for an inlined one.
-                let name = match name {
-                    Some(name) => name,
-                    None if at == outermost => table_name()?,
-                    None => "[inlined]".to_owned(),
-                };
-                Some(Symbol { name, file, line })
-            })
-            .collect()
     }
+    let table_name = || symbols.lookup(svma).map(|(name, _)| demangle(name));
+    if out.is_empty() {
+        return table_name()
+            .map(|name| Symbol {
+                name,
+                file: None,
+                line: None,
+            })
+            .into_iter()
+            .collect();
+    }
+    let outermost = out.len() - 1;
+    out.into_iter()
+        .enumerate()
+        .filter_map(|(at, (name, file, line))| {
+            // DWARF without a name: the symbol table's for the function itself, a
+            // placeholder for an inlined one.
+            let name = match name {
+                Some(name) => name,
+                None if at == outermost => table_name()?,
+                None => "[inlined]".to_owned(),
+            };
+            Some(Symbol { name, file, line })
+        })
+        .collect()
 }
 
 #[cfg(test)]

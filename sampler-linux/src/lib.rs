@@ -46,310 +46,40 @@
 
 #[cfg(feature = "ebpf")]
 pub mod ebpf;
-mod list;
+mod error;
+pub mod list;
+mod options;
 mod process;
 mod ptrace;
 pub mod python;
+mod sample;
 pub mod stack;
+mod stats;
 mod tally;
-mod watch;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::python::{PythonError, PythonFrame, PythonNames, PythonProcess, PythonStack};
-use crate::stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
+use crate::python::{PythonProcess, PythonStack};
 use otel_ctx_reader::maps::ProcessMaps;
-use otel_ctx_reader::thread::tls::SampleError;
-use otel_ctx_reader::thread::{
-    ThreadContextRef, ThreadError, ThreadReader, ThreadReaderOptions, ThreadReport,
-};
-use otel_ctx_reader::Error;
+use otel_ctx_reader::thread::{ThreadContextRef, ThreadReader, ThreadReport};
+#[cfg(feature = "ebpf")]
 use otel_ctx_reader::UserRegisters;
 
-pub use list::{ThreadList, EBPF_WINDOW};
-pub use process::{Following, PreparedProcess};
+pub use error::SamplerError;
+pub use options::{Method, SamplerOptions, Threads, MAX_FREQUENCY_HZ, MAX_PROCESSES};
+pub use process::{Following, PreparedProcess, MODULES_FALLBACK, REFRESH_INTERVAL};
+pub use sample::{PythonSample, Sample};
 pub use stack::StackBuffer;
+pub use stats::{SamplerStats, Unreadable};
 pub use tally::{AttributeTally, NO_CONTEXT, UNREADABLE};
-pub use watch::Watch;
 
 use process::Process;
+use stats::deliver;
 
-/// How often, at most, one process's maps are read again on evidence, and its key map
-/// looked at again.
-pub const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
-/// How often a process's maps are read again without evidence that they changed:
-/// reading them takes the target's mmap lock.
-pub const MODULES_FALLBACK: Duration = Duration::from_secs(30);
 /// How often the followed processes are checked for having exited.
 const EXIT_CHECK: Duration = Duration::from_secs(1);
-/// The highest rate a sampler takes.
-pub const MAX_FREQUENCY_HZ: u32 = 10_000;
-/// The most processes a sampler follows at once by default, and the most the eBPF
-/// program has room for (its `targets` map, `MAX_PROCESSES` in `bpf/sampler.bpf.c`).
-pub const MAX_PROCESSES: usize = 1024;
-
-/// How a sampler takes its samples.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Method {
-    /// The BPF program, at CPU-clock ticks on every CPU: a thread is sampled while it
-    /// runs, and nothing is stopped (feature `ebpf`; root, or `CAP_BPF` and
-    /// `CAP_PERFMON`, and a kernel with BTF).
-    Ebpf,
-    /// Rounds at the rate, each stopping the chosen threads one at a time with ptrace
-    /// (root or `CAP_SYS_PTRACE`).
-    Ptrace,
-}
-
-impl Method {
-    /// `eBPF` or `ptrace`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Ebpf => "eBPF",
-            Self::Ptrace => "ptrace",
-        }
-    }
-}
-
-/// Which threads a ptrace round stops (the eBPF program samples the threads that run
-/// when its ticks come, whatever this says).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Threads {
-    /// The threads that ran on a CPU since the last round (their scheduler statistics;
-    /// `R` in their `stat` where the kernel keeps none), each sample weighted by the CPU
-    /// time it stands for ([`Sample::weight_ns`]): a CPU profile.
-    #[default]
-    Running,
-    /// Every thread: what each thread is doing, idle ones too.
-    All,
-}
-
-/// How a [`Sampler`] samples. Start from `SamplerOptions::default()` and set fields with
-/// the builder methods.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SamplerOptions {
-    /// The way to sample; `None` (the default): eBPF when it can be used (the feature is
-    /// built in and the kernel lets it load), ptrace otherwise
-    /// ([`Sampler::fallback`] says why).
-    pub method: Option<Method>,
-    /// Samples per second: on every CPU with eBPF, of every chosen thread with ptrace.
-    /// Default 99.
-    pub frequency_hz: u32,
-    /// Bytes of each sample's stack to copy, for a profiler to unwind (at most
-    /// [`MAX_STACK_SIZE`]); 0 copies none and takes no registers. Default
-    /// [`DEFAULT_STACK_SIZE`].
-    pub stack_size: usize,
-    /// Which threads a ptrace round stops. Default [`Threads::Running`].
-    pub threads: Threads,
-    /// The most processes followed at once. Default 1024.
-    pub max_processes: usize,
-    /// How each process's thread reader is opened. A process whose context announces no
-    /// schema the reader knows is still read, its attributes named by index until its
-    /// key map comes, unless [`require_known_schema`](Self::require_known_schema).
-    pub thread_reader: ThreadReaderOptions,
-    /// Refuse a process whose context announces no known thread-context schema,
-    /// instead of reading it anyway. Default `false`.
-    pub require_known_schema: bool,
-    /// Walk the frames of the processes that run CPython (3.11, 3.13, 3.14) with each
-    /// sample ([`Sample::python`]; only when stacks are copied). Default `true`.
-    pub python: bool,
-}
-
-impl Default for SamplerOptions {
-    fn default() -> Self {
-        Self {
-            method: None,
-            frequency_hz: 99,
-            stack_size: DEFAULT_STACK_SIZE,
-            threads: Threads::Running,
-            max_processes: MAX_PROCESSES,
-            thread_reader: ThreadReaderOptions::default(),
-            require_known_schema: false,
-            python: true,
-        }
-    }
-}
-
-impl SamplerOptions {
-    /// Sets [`method`](Self::method).
-    #[must_use]
-    pub const fn with_method(mut self, method: Option<Method>) -> Self {
-        self.method = method;
-        self
-    }
-
-    /// Sets [`frequency_hz`](Self::frequency_hz).
-    #[must_use]
-    pub const fn with_frequency_hz(mut self, hz: u32) -> Self {
-        self.frequency_hz = hz;
-        self
-    }
-
-    /// Sets [`stack_size`](Self::stack_size) (cut to [`MAX_STACK_SIZE`]).
-    #[must_use]
-    pub const fn with_stack_size(mut self, bytes: usize) -> Self {
-        self.stack_size = if bytes > MAX_STACK_SIZE {
-            MAX_STACK_SIZE
-        } else {
-            bytes
-        };
-        self
-    }
-
-    /// Sets [`threads`](Self::threads).
-    #[must_use]
-    pub const fn with_threads(mut self, threads: Threads) -> Self {
-        self.threads = threads;
-        self
-    }
-
-    /// Sets [`max_processes`](Self::max_processes) (at least 1).
-    #[must_use]
-    pub const fn with_max_processes(mut self, max: usize) -> Self {
-        self.max_processes = if max == 0 { 1 } else { max };
-        self
-    }
-
-    /// Sets [`thread_reader`](Self::thread_reader).
-    #[must_use]
-    pub const fn with_thread_reader(mut self, options: ThreadReaderOptions) -> Self {
-        self.thread_reader = options;
-        self
-    }
-
-    /// Sets [`require_known_schema`](Self::require_known_schema).
-    #[must_use]
-    pub const fn with_require_known_schema(mut self, require: bool) -> Self {
-        self.require_known_schema = require;
-        self
-    }
-
-    /// Sets [`python`](Self::python).
-    #[must_use]
-    pub const fn with_python(mut self, python: bool) -> Self {
-        self.python = python;
-        self
-    }
-}
-
-/// Why a sampler cannot start or cannot follow a process.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SamplerError {
-    /// The process cannot be read (gone, permission denied, ...).
-    #[error(transparent)]
-    Process(#[from] Error),
-    /// Its thread contexts cannot be read, and it cannot be followed for its stacks
-    /// either.
-    #[error(transparent)]
-    Thread(#[from] ThreadError),
-    /// The eBPF sampler cannot run, or refused the process.
-    #[cfg(feature = "ebpf")]
-    #[error(transparent)]
-    Ebpf(#[from] crate::ebpf::EbpfError),
-    /// eBPF was asked for, and this reader was built without it.
-    #[error(
-        "this reader was built without the eBPF sampler: rebuild with `--features ebpf`, or \
-         sample with ptrace"
-    )]
-    NoEbpf,
-    /// The rate is 0 or above [`MAX_FREQUENCY_HZ`].
-    #[error("a sampling rate of {0} Hz: use a rate between 1 and {MAX_FREQUENCY_HZ}")]
-    Frequency(u32),
-    /// The sampler follows as many processes as it has room for.
-    #[error(
-        "the sampler follows {max} processes already, as many as it has room for \
-         (SamplerOptions::max_processes)"
-    )]
-    TooManyProcesses {
-        /// How many it has room for.
-        max: usize,
-    },
-}
-
-/// One sample, as [`Sampler::step`] hands it over (borrowed until the callback returns),
-/// and as a profiler takes it: the one shape of a sample from the sampler up.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Sample<'a> {
-    /// The thread's process.
-    pub pid: u32,
-    /// The thread.
-    pub tid: u32,
-    /// Its name (`/proc/<pid>/task/<tid>/comm`, read once per thread), empty when it
-    /// could not be read.
-    pub thread_name: &'a str,
-    /// Its user registers, when the sampler copies stacks and could take them.
-    pub registers: Option<UserRegisters>,
-    /// The top of its user stack, from the stack pointer up (empty without registers).
-    pub stack: &'a [u8],
-    /// Its kernel stack's return addresses (eBPF only, when asked for; native-endian
-    /// `u64`s, innermost first).
-    pub kernel_frames: &'a [u8],
-    /// Its thread context (`Ok(None)`: none attached, or the process is followed for its
-    /// stacks only), or why it could not be read.
-    pub context: Result<Option<ThreadContextRef<'a>>, &'a SampleError>,
-    /// Its Python frames, when its process runs CPython ([`SamplerOptions::python`]).
-    pub python: Option<PythonSample<'a>>,
-    /// The time it stands for, in nanoseconds; 0: one sampling period.
-    pub weight_ns: u64,
-}
-
-/// A sample's Python frames, with the names of their code objects, read by the sampler
-/// before it hands the sample over.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct PythonSample<'a> {
-    /// The frames, newest first, as the walk found them (shims among them), or why it
-    /// could not walk them (the sample keeps its native stack).
-    pub frames: Result<&'a [PythonFrame], &'a PythonError>,
-    /// Their names ([`PythonNames::frame_info`]) and where the evaluation loop is.
-    pub names: PythonNames<'a>,
-}
-
-impl<'a> Sample<'a> {
-    /// A sample of thread `tid` (named `thread_name`) of process `pid`: its registers and
-    /// stack copy, without a context or Python frames, of one sampling period's weight.
-    pub fn new(
-        pid: u32,
-        tid: u32,
-        thread_name: &'a str,
-        registers: Option<UserRegisters>,
-        stack: &'a [u8],
-    ) -> Self {
-        Self {
-            pid,
-            tid,
-            thread_name,
-            registers,
-            stack,
-            kernel_frames: &[],
-            context: Ok(None),
-            python: None,
-            weight_ns: 0,
-        }
-    }
-
-    /// Sets [`context`](Self::context): a record read some other way.
-    #[must_use]
-    pub fn with_context(mut self, context: Option<ThreadContextRef<'a>>) -> Self {
-        self.context = Ok(context);
-        self
-    }
-
-    /// Sets [`weight_ns`](Self::weight_ns).
-    #[must_use]
-    pub const fn with_weight_ns(mut self, weight: u64) -> Self {
-        self.weight_ns = weight;
-        self
-    }
-
-    /// The thread context, if the sample has one.
-    pub fn context(&self) -> Option<&ThreadContextRef<'a>> {
-        self.context.as_ref().ok().and_then(Option::as_ref)
-    }
-}
 
 /// What a [`Sampler::step`] found besides samples.
 #[derive(Debug, Default)]
@@ -364,44 +94,6 @@ pub struct Step {
     /// Processes followed for their stacks only that now export `otel_thread_ctx_v1`:
     /// their samples carry contexts from now on.
     pub gained_contexts: Vec<u32>,
-}
-
-/// An error seen in samples, with how often.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Unreadable {
-    /// The kind of error ([`SampleError::kind`]).
-    pub kind: &'static str,
-    /// Samples with an error of this kind.
-    pub samples: u64,
-    /// The message of the first of them.
-    pub message: String,
-}
-
-/// What a sampler did so far.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SamplerStats {
-    /// Samples handed over.
-    pub samples: u64,
-    /// Those with a thread context.
-    pub with_context: u64,
-    /// Those whose context could not be read, by the kind of error, most first.
-    pub unreadable: Vec<Unreadable>,
-    /// Samples the BPF program could not hand over (its ring buffer was full: the
-    /// consumer fell behind for longer than the ring holds).
-    pub lost: u64,
-    /// CPU-clock ticks that interrupted a thread of a followed process (eBPF).
-    pub ticks: u64,
-    /// Rounds taken (ptrace).
-    pub rounds: u64,
-}
-
-impl SamplerStats {
-    /// Samples whose context could not be read, every kind together.
-    pub fn unreadable_samples(&self) -> u64 {
-        self.unreadable.iter().map(|u| u.samples).sum()
-    }
 }
 
 /// Where the samples come from.
@@ -792,32 +484,6 @@ impl Sampler {
     }
 }
 
-/// Counts a sample and hands it to the caller; whether the process may have changed
-/// (the caller said so, or the slot could not be computed).
-fn deliver<F>(stats: &mut SamplerStats, sample: &Sample<'_>, on_sample: &mut F) -> bool
-where
-    F: FnMut(&Sample<'_>) -> bool,
-{
-    stats.samples += 1;
-    let mut suspect = false;
-    match &sample.context {
-        Ok(Some(_)) => stats.with_context += 1,
-        Ok(None) => {}
-        Err(e) => {
-            suspect = matches!(e, SampleError::Tls(_));
-            match stats.unreadable.iter_mut().find(|u| u.kind == e.kind()) {
-                Some(u) => u.samples += 1,
-                None => stats.unreadable.push(Unreadable {
-                    kind: e.kind(),
-                    samples: 1,
-                    message: e.to_string(),
-                }),
-            }
-        }
-    }
-    on_sample(sample) | suspect
-}
-
 /// The eBPF sampler the options ask for.
 #[cfg(feature = "ebpf")]
 fn ebpf_sampler(options: &SamplerOptions) -> Result<crate::ebpf::EbpfSampler, SamplerError> {
@@ -827,35 +493,4 @@ fn ebpf_sampler(options: &SamplerOptions) -> Result<crate::ebpf::EbpfSampler, Sa
         .with_max_record_size(options.thread_reader.max_record_size)
         .with_max_processes(options.max_processes);
     Ok(crate::ebpf::EbpfSampler::new(ebpf)?)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::error::Error as _;
-
-    use super::*;
-    use otel_ctx_reader::thread::tls::PtraceError;
-
-    #[test]
-    fn every_error_says_its_source() {
-        let io = || std::io::Error::from_raw_os_error(libc::EIO);
-        let e = SamplerError::Thread(ThreadError::Process(Error::Io {
-            pid: 7,
-            operation: "read".into(),
-            source: io(),
-        }));
-        // Transparent: the thread error's own message, and its chain down to the kernel's.
-        assert!(e.to_string().contains("read of process 7 failed"), "{e}");
-        let process = e.source().expect("the reader's error");
-        assert!(process.to_string().contains("process 7"), "{process}");
-        let kernel = process.source().expect("the kernel's error");
-        assert_eq!(kernel.to_string(), io().to_string());
-        let sample = SampleError::Ptrace(PtraceError::Os {
-            request: "PTRACE_INTERRUPT",
-            source: io(),
-        });
-        let ptrace = sample.source().expect("the ptrace error");
-        assert!(ptrace.source().is_some(), "{ptrace}");
-        assert!(SamplerError::NoEbpf.source().is_none());
-    }
 }

@@ -2,7 +2,7 @@
 //! refresh policy that keeps its thread reader current.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::python::{PythonError, PythonProcess};
 use crate::stack::StackReader;
@@ -11,7 +11,15 @@ use otel_ctx_reader::procfs;
 use otel_ctx_reader::thread::{ThreadError, ThreadReader};
 use otel_ctx_reader::Error;
 
-use super::{SamplerError, SamplerOptions, MODULES_FALLBACK, REFRESH_INTERVAL};
+use crate::error::SamplerError;
+use crate::options::SamplerOptions;
+
+/// How often, at most, one process's maps are read again on evidence, and its key map
+/// looked at again.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a process's maps are read again without evidence that they changed:
+/// reading them takes the target's mmap lock.
+pub const MODULES_FALLBACK: Duration = Duration::from_secs(30);
 
 /// How a process is followed.
 #[derive(Debug)]

@@ -13,7 +13,7 @@ use crate::{Following, Method, Sampler, SamplerError, SamplerOptions, SamplerSta
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use otel_ctx_sampler::Watch;
+/// use otel_ctx_sampler::watch::Watch;
 ///
 /// let mut watch = Watch::open(1234, 99, "http.route", false, None)?;
 /// while watch.step(Duration::from_millis(100))? {

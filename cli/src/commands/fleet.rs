@@ -20,7 +20,7 @@ use otel_ctx_profile::{Filter, FleetOptions, FleetProfiler, FoldedOptions, Outpu
 use otel_ctx_sampler::Method;
 
 use super::otlp;
-use super::profile::Request;
+use super::profile_request::{self, Request};
 use super::{sampler_failure, text, Failure, INTERRUPTED, SUMMARY_ASKED};
 
 /// How long a step of the loop lasts at most.
@@ -201,7 +201,7 @@ fn write_files(profiles: Vec<Profile>, outputs: &Outputs, by: &str) -> Result<()
             continue;
         }
         let path = outputs.path(profile.pid);
-        super::profile::write(profile, outputs.format(), &folded, &path)?;
+        profile_request::write(profile, outputs.format(), &folded, &path)?;
         eprintln!(
             "process {} ({service}): {} samples written to {}",
             profile.pid,

@@ -18,6 +18,7 @@ pub mod fleet;
 pub mod json;
 pub mod otlp;
 pub mod profile;
+pub mod profile_request;
 pub mod ps;
 pub mod show;
 pub mod tally;

@@ -11,154 +11,16 @@
 //! CPU since the last round, each sample weighted by the CPU time the thread's scheduler
 //! counted (a thread waiting for a CPU is not counted).
 
-use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use otel_ctx_profile::{
-    DebuginfodFetch, Filter, FoldedOptions, Format, Outputs, ProcessProfiler, Profile,
-    ProfileOptions, SessionOptions,
-};
-use otel_ctx_sampler::stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
-use otel_ctx_sampler::{Method, SamplerOptions};
+use otel_ctx_profile::{DebuginfodFetch, Filter, FoldedOptions, Format, ProcessProfiler, Profile};
+use otel_ctx_sampler::Method;
 
+use super::profile_request::{write, Request};
 use super::{catch_sigint, text, Failure, INTERRUPTED};
-
-/// `--stack-size`: a number of bytes within the sampler's limit.
-fn stack_size(text: &str) -> Result<usize, String> {
-    let size: usize = text
-        .parse()
-        .map_err(|e| format!("{text}: give a number of bytes ({e})"))?;
-    if size > MAX_STACK_SIZE {
-        return Err(format!("{size}: at most {MAX_STACK_SIZE} bytes"));
-    }
-    Ok(size)
-}
-
-/// What `profile` was asked for.
-#[derive(Clone, Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("process").required(true).args(["pid", "all"])))]
-pub struct Request {
-    /// The process id (`otel-ctx ps` lists those that publish), or `--all`.
-    pub pid: Option<u32>,
-    /// Profile every process on the host that publishes a process context, and those
-    /// that start publishing while it runs (eBPF only). Without --otlp or --otlp-file,
-    /// writes one profile per process at the end, as -o says.
-    #[arg(long)]
-    pub all: bool,
-    /// How long to sample, such as `10s`; 0 runs until SIGTERM or Ctrl-C. Either stops
-    /// earlier and still writes (or sends).
-    #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
-    pub duration: Duration,
-    /// Samples per second: per CPU with eBPF, per running thread with ptrace.
-    #[arg(long, default_value_t = 99)]
-    pub hz: u32,
-    /// The attribute whose value is the root frame of folded and SVG output.
-    #[arg(long, default_value = "http.route")]
-    pub by: String,
-    /// Keep only the samples of this trace (32 hex digits).
-    #[arg(long)]
-    pub trace: Option<String>,
-    /// Where to write (`-`: standard output); default `profile.<pid>.pb.gz`. A directory
-    /// (one that exists, or a name ending in `/`) gets `profile.<pid>.<ext>`; with --all,
-    /// a file name gets the process id before its extension (`out.svg`: `out.<pid>.svg`).
-    #[arg(short = 'o', long)]
-    pub output: Option<PathBuf>,
-    /// The format of every file, when the output's name does not say it: pprof (the
-    /// default), folded (the default on standard output) or svg.
-    #[arg(long, value_parser = formats())]
-    pub format: Option<Format>,
-    #[command(flatten)]
-    pub sampler: super::SamplerFlag,
-    /// Give frames their source file and line (from DWARF; Python frames from their
-    /// code objects).
-    #[arg(long)]
-    pub lines: bool,
-    /// Keep the native frames of Python processes (`--native false`: their Python
-    /// frames alone, as py-spy shows them).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub native: bool,
-    /// Bytes of each sample's stack to copy for unwinding (a size past the sampler's
-    /// limit is refused, with the limit).
-    #[arg(long, default_value_t = DEFAULT_STACK_SIZE, value_parser = stack_size)]
-    pub stack_size: usize,
-    /// No progress line (as `demo --profile` runs it).
-    #[arg(long, hide = true)]
-    pub quiet: bool,
-    /// Send the profiles to an OpenTelemetry Collector as OTLP profiles over HTTP/protobuf
-    /// (`POST <URL>/v1development/profiles`, gzip) every --export-interval. Without a
-    /// URL (write it `--otlp=URL`), OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT or
-    /// OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318 (eBPF only).
-    #[arg(long, value_name = "URL", num_args = 0..=1, require_equals = false)]
-    pub otlp: Option<Option<String>>,
-    /// A header for every OTLP request, such as `Authorization=Bearer xyz` (repeatable;
-    /// added to OTEL_EXPORTER_OTLP_HEADERS).
-    #[arg(long, value_name = "KEY=VALUE")]
-    pub otlp_header: Vec<String>,
-    /// Append the OTLP requests to this file instead of sending them: each a 4-byte
-    /// big-endian length, then the `ExportProfilesServiceRequest` protobuf (eBPF only).
-    #[arg(long, value_name = "FILE", conflicts_with = "otlp")]
-    pub otlp_file: Option<PathBuf>,
-    /// The most memory the requests waiting for the collector may take; the oldest are
-    /// dropped (and counted) first.
-    #[arg(long, default_value = "64MiB", value_parser = super::otlp::parse_size)]
-    pub otlp_queue: usize,
-    /// How long one OTLP request may take, and the final flush (default:
-    /// OTEL_EXPORTER_OTLP_TIMEOUT, else 10s).
-    #[arg(long, value_parser = super::parse_duration, allow_negative_numbers = true)]
-    pub otlp_timeout: Option<Duration>,
-    /// How long, in all, the debug files of stripped modules may be waited for from the
-    /// debuginfod servers of DEBUGINFOD_URLS once sampling is over (0: none is asked).
-    #[arg(long, default_value = "1s", value_parser = super::parse_duration, allow_negative_numbers = true)]
-    pub debuginfod_time: Duration,
-    /// How often the profiles are sent (OTLP).
-    #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
-    pub export_interval: Duration,
-    /// With --all: how often /proc is scanned for new publishers (the publication hook
-    /// finds most of them at once).
-    #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
-    pub rescan: Duration,
-    /// With --all: the most processes followed at once.
-    #[arg(long, default_value_t = otel_ctx_sampler::MAX_PROCESSES)]
-    pub max_processes: usize,
-}
-
-impl Request {
-    /// The session's options: the sampler's (eBPF unless `--sampler ptrace`, with ptrace when BPF
-    /// cannot be used), the profile's (lines, the filter).
-    pub fn session(&self, filter: Filter) -> SessionOptions {
-        let method = self.sampler.method();
-        let sampler = SamplerOptions::default()
-            .with_method(method)
-            .with_frequency_hz(self.hz)
-            .with_stack_size(self.stack_size)
-            .with_max_processes(self.max_processes);
-        let profile = ProfileOptions::default()
-            .with_lines(self.lines)
-            .with_native(self.native)
-            .with_filter(filter);
-        SessionOptions::default()
-            .with_sampler(sampler)
-            .with_profile(profile)
-            .with_debuginfod_time(self.debuginfod_time)
-    }
-
-    /// Where the profiles go and in which format, by the rule of
-    /// [`otel_ctx_profile::output`]; before sampling, the directory they go into is made
-    /// when missing and a file checked to be writable there.
-    pub fn outputs(&self) -> Result<Outputs, Failure> {
-        let output = self.output.as_deref();
-        let is_dir = output.is_some_and(Path::is_dir);
-        let outputs =
-            Outputs::new(output, self.format, self.all, is_dir).map_err(Failure::Unusable)?;
-        outputs.prepare().map_err(|e| match output {
-            Some(_) => Failure::Unusable(format!("-o {e}")),
-            None => Failure::Unusable(format!("{e} (without -o, the current directory)")),
-        })?;
-        Ok(outputs)
-    }
-}
 
 /// `--trace`: 32 hex digits.
 fn trace_id(text: &str) -> Result<[u8; 16], Failure> {
@@ -266,35 +128,6 @@ fn progress_line(session: &ProcessProfiler, request: &Request) -> String {
         stats.samples,
         stats.lost,
     )
-}
-
-/// Writes the profile to `path` (`-`: standard output).
-pub fn write(
-    profile: &Profile,
-    format: Format,
-    folded: &FoldedOptions,
-    path: &Path,
-) -> Result<(), Failure> {
-    let cannot =
-        |e: std::io::Error| Failure::Unusable(format!("cannot write {}: {e}", path.display()));
-    let mut buffer = Vec::new();
-    profile.write(format, folded, &mut buffer).map_err(cannot)?;
-    if path.as_os_str() == "-" {
-        let mut stdout = std::io::stdout().lock();
-        return stdout
-            .write_all(&buffer)
-            .and_then(|()| stdout.flush())
-            .map_err(cannot);
-    }
-    std::fs::write(path, buffer).map_err(cannot)
-}
-
-/// `--format`: a format by its name, the names listed for `--help` and completions.
-fn formats() -> impl clap::builder::TypedValueParser<Value = Format> {
-    use clap::builder::TypedValueParser as _;
-    let names =
-        Format::ALL.map(|f| clap::builder::PossibleValue::new(f.name()).help(f.description()));
-    clap::builder::PossibleValuesParser::new(names).try_map(|name| name.parse::<Format>())
 }
 
 /// The closing summary: the session's (samples, frames, Python), then the debug files

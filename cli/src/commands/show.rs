@@ -47,7 +47,7 @@ pub fn run(pid: u32, as_json: bool, raw_keys: bool, method: Option<Method>) -> R
             text.push_str(&format!(
                 "(eBPF: the threads that ran during {} ms, each as last sampled; threads that \
                  did not run are not listed)\n",
-                otel_ctx_sampler::EBPF_WINDOW.as_millis()
+                otel_ctx_sampler::list::EBPF_WINDOW.as_millis()
             ));
         }
         out(&text)?;

@@ -1,10 +1,11 @@
-//! The view of `watch` and `demo`: the library's [`Sampler`] of one process, its samples
+//! The view of `watch` and `demo`: the library's [`Watch`] of one process, its samples
 //! counted per value of one thread-context attribute, and the table and lines that show
 //! the counts.
 
 use std::time::Duration;
 
-use otel_ctx_sampler::{Method, SamplerStats, Watch, UNREADABLE};
+use otel_ctx_sampler::watch::Watch;
+use otel_ctx_sampler::{Method, SamplerStats, UNREADABLE};
 use serde::Serialize;
 
 use super::{sampler_failure, text, Failure};

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::{json, text, Failure};
 
 /// What `show` learned of a process's threads: the sampler's list of them.
-pub use otel_ctx_sampler::ThreadList as Threads;
+pub use otel_ctx_sampler::list::ThreadList as Threads;
 
 /// Reads every thread of the process of `maps` (see [`Threads::read`]).
 pub fn read(maps: ProcessMaps, raw_keys: bool, method: Method) -> Result<Threads, Failure> {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Destination, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, PROFILES_PATH};
+use super::destination::{Destination, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, PROFILES_PATH};
 
 /// Where the `OTEL_EXPORTER_OTLP_*` settings come from.
 pub trait Environment {

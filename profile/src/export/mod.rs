@@ -37,64 +37,40 @@
 //! ([`Stats::rejected_profiles`]). The first failure is kept as it happens
 //! ([`Stats::first_error`]), and [`Stats::delivery`] says what the requests came to:
 //! all delivered, part of them or none, and how much was lost ([`Loss`]).
+//!
+//! [`otlp::export_request`]: crate::otlp::export_request
 
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::otlp::{self, OtlpScope};
+use crate::otlp::OtlpScope;
 use crate::Profile;
 
+mod destination;
 mod environment;
+mod stats;
 mod worker;
 
+pub use destination::{Destination, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, PROFILES_PATH};
 pub use environment::{
     http_destination, parse_header, timeout, ConfigError, Environment, ProcessEnvironment,
 };
 
+pub use stats::{Delivery, Loss, Stats};
+
+use stats::lock;
 use worker::{Message, Sink, Worker};
 
-/// The path of the profiles signal under an OTLP/HTTP base URL.
-pub const PROFILES_PATH: &str = "v1development/profiles";
-/// The collector's OTLP/HTTP address when none is given (the OTLP default).
-pub const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
-/// How long one request may take, and the final flush, unless told otherwise.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most bytes of encoded requests that wait for the collector, unless told
 /// otherwise (64 MiB).
 pub const DEFAULT_QUEUE_BYTES: usize = 64 << 20;
 /// Batches waiting to be encoded: the hand-over between the caller and delivery.
 const HANDOVER: usize = 4;
-
-/// Where the requests go.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Destination {
-    /// An OTLP/HTTP receiver.
-    Http {
-        /// The full URL of the profiles signal (`.../v1development/profiles`).
-        url: String,
-        /// Headers sent with every request (authentication).
-        headers: Vec<(String, String)>,
-        /// Gzip the body (`Content-Encoding: gzip`).
-        gzip: bool,
-    },
-    /// A file of requests, each a 4-byte big-endian length then the protobuf bytes.
-    File(PathBuf),
-}
-
-impl Destination {
-    /// How a summary names it: the URL or the path.
-    pub fn describe(&self) -> String {
-        match self {
-            Self::Http { url, .. } => url.clone(),
-            Self::File(path) => path.display().to_string(),
-        }
-    }
-}
 
 /// How the exporter runs: [`Options::new`], then the builder methods.
 #[derive(Clone, Debug)]
@@ -149,163 +125,6 @@ impl Options {
     }
 }
 
-/// What the exporter did so far.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Requests built (one per batch with profiles).
-    pub requests: u64,
-    /// Requests the destination accepted.
-    pub sent: u64,
-    /// Bytes of those requests as sent (gzipped for HTTP).
-    pub sent_bytes: u64,
-    /// Samples in them.
-    pub sent_samples: u64,
-    /// Attempts that failed and were tried again later.
-    pub retries: u64,
-    /// Requests dropped: the oldest, from a full queue, or still queued at the final
-    /// flush's deadline.
-    pub dropped: u64,
-    /// Samples in them.
-    pub dropped_samples: u64,
-    /// Batches dropped before they were encoded (the hand-over was full).
-    pub dropped_batches: u64,
-    /// Requests the destination refused with a status not worth retrying.
-    pub rejected: u64,
-    /// Samples in them.
-    pub rejected_samples: u64,
-    /// Profiles the collector said it rejected in an accepted request
-    /// (`partial_success.rejected_profiles`).
-    pub rejected_profiles: u64,
-    /// Bytes waiting now.
-    pub queued_bytes: usize,
-    /// The most bytes that waited at once.
-    pub queue_peak: usize,
-    /// Requests waiting now.
-    pub queued: usize,
-    /// The last failure, as the destination or the network said it (or the message of
-    /// a collector's partial success).
-    pub last_error: Option<String>,
-    /// The first attempt that failed (retried or rejected), as the destination or the
-    /// network said it: set once, when it happens, so that a caller that looks at the
-    /// counts now and then can say it at once.
-    pub first_error: Option<String>,
-}
-
-impl Stats {
-    /// What the requests came to so far (after [`Exporter::finish`]: in the end), for a
-    /// tool's exit status: nothing to send, all delivered, part of them, or none.
-    /// Requests still queued count as neither delivered nor lost.
-    pub fn delivery(&self) -> Delivery {
-        let loss = Loss {
-            requests: self.dropped + self.rejected,
-            of: self.requests,
-            samples: self.dropped_samples + self.rejected_samples,
-            batches: self.dropped_batches,
-            profiles: self.rejected_profiles,
-        };
-        if self.requests == 0 && self.dropped_batches == 0 {
-            Delivery::NothingToSend
-        } else if self.sent == 0 {
-            Delivery::Failed(loss)
-        } else if loss.requests + loss.batches + loss.profiles > 0 {
-            Delivery::Partial(loss)
-        } else {
-            Delivery::Complete
-        }
-    }
-}
-
-/// What an exporter's requests came to ([`Stats::delivery`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Delivery {
-    /// No batch was submitted with a profile in it: nothing to send.
-    NothingToSend,
-    /// Every request built was delivered, every profile in them accepted.
-    Complete,
-    /// Some requests were delivered; the loss says what was not.
-    Partial(Loss),
-    /// There was something to send, and nothing was delivered; the loss says how much.
-    Failed(Loss),
-}
-
-/// What did not reach the destination: requests dropped or rejected, batches dropped
-/// before they were encoded, profiles the collector rejected in requests it accepted.
-/// Its `Display` says it in a few words: `2 of 5 requests not delivered (180 samples)`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Loss {
-    /// Requests not delivered: dropped (from a full queue, or left at the final flush's
-    /// deadline) or rejected by the destination.
-    pub requests: u64,
-    /// Requests built in all.
-    pub of: u64,
-    /// Samples in the requests not delivered.
-    pub samples: u64,
-    /// Batches dropped before they were encoded (the hand-over was full).
-    pub batches: u64,
-    /// Profiles the collector rejected in requests it accepted.
-    pub profiles: u64,
-}
-
-impl std::fmt::Display for Loss {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut parts = Vec::new();
-        if self.requests > 0 || (self.batches == 0 && self.profiles == 0) {
-            parts.push(format!(
-                "{} of {} requests not delivered ({} samples)",
-                self.requests, self.of, self.samples
-            ));
-        }
-        if self.batches > 0 {
-            parts.push(format!("{} batches dropped before encoding", self.batches));
-        }
-        if self.profiles > 0 {
-            parts.push(format!(
-                "{} profiles rejected by the collector",
-                self.profiles
-            ));
-        }
-        f.write_str(&parts.join(", "))
-    }
-}
-
-impl std::fmt::Display for Stats {
-    /// The counts as text: requests built, sent (bytes, samples, bytes a sample), retried,
-    /// dropped, rejected; the queue now and at its peak; the last error on a line of its
-    /// own.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let size = |bytes: u64| bytesize::ByteSize(bytes).display().iec().to_string();
-        let per_sample = match self.sent_samples {
-            0 => String::new(),
-            n => format!(", {:.1} bytes a sample", self.sent_bytes as f64 / n as f64),
-        };
-        write!(
-            f,
-            "{} requests built, {} sent ({}, {} samples{per_sample}), {} retries, {} dropped \
-             ({} samples; {} batches before encoding), {} rejected, {} profiles rejected by \
-             the collector; queue {} now, peak {}",
-            self.requests,
-            self.sent,
-            size(self.sent_bytes),
-            self.sent_samples,
-            self.retries,
-            self.dropped,
-            self.dropped_samples,
-            self.dropped_batches,
-            self.rejected,
-            self.rejected_profiles,
-            size(self.queued_bytes as u64),
-            size(self.queue_peak as u64),
-        )?;
-        match &self.last_error {
-            Some(error) => write!(f, "\nlast error: {error}"),
-            None => Ok(()),
-        }
-    }
-}
-
 /// Why the exporter could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -331,13 +150,6 @@ pub struct Exporter {
     stats: Arc<Mutex<Stats>>,
     timeout: Duration,
     destination: Destination,
-}
-
-fn lock(stats: &Mutex<Stats>) -> MutexGuard<'_, Stats> {
-    // A panic while holding it leaves counts, which are still worth reporting.
-    stats
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Exporter {

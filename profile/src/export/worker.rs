@@ -8,7 +8,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{lock, otlp, OtlpScope, Stats};
+use super::stats::{lock, Stats};
+use crate::otlp::{self, OtlpScope};
 use crate::Profile;
 
 /// The first wait before a retry, doubled at each failure up to [`MAX_BACKOFF`].

@@ -9,7 +9,8 @@ use std::time::Duration;
 use otel_ctx_reader::ThreadError;
 use otel_ctx_sampler::Following;
 
-use super::{FleetProfiler, ProcessProfiler};
+use super::fleet::FleetProfiler;
+use super::process::ProcessProfiler;
 use crate::{Profile, Stats};
 
 /// How many followed processes [`FleetSummary`] lists, one line each.

@@ -33,7 +33,7 @@ use otel_ctx_reader::files::{open_in, Root};
 use super::debug_file::{self, Expect};
 use super::{DebugNames, Missing, SymbolSource, UnknownCause};
 use crate::module::ModuleData;
-use crate::{MappingRecord, Profiler};
+use crate::profiler::{MappingRecord, Profiler};
 
 /// What a client asks and how long it waits. Start from
 /// [`from_env`](Self::from_env) or [`new`](Self::new).

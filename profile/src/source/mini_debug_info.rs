@@ -9,8 +9,8 @@ use std::time::Instant;
 use otel_ctx_reader::files::FileBudget;
 
 use super::{DebugNames, Missing, SymbolSource, UnknownCause};
+use crate::bytes::Bytes;
 use crate::elf::{self, Elf};
-use crate::module::Bytes;
 use crate::symbolize::SymbolTable;
 
 /// The decompressed symbols of `compressed` (the section's bytes).

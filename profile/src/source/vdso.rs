@@ -9,7 +9,7 @@ use std::ops::Range;
 use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
 
 use crate::elf::{self, Elf};
-use crate::module::{ModuleData, ModuleKey, Names, SkipReason};
+use crate::module::data::{ModuleData, ModuleKey, Names, SkipReason};
 use crate::source::SymbolSource;
 use crate::symbolize::SymbolTable;
 

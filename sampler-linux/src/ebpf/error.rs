@@ -3,7 +3,8 @@
 use std::fmt;
 use std::io;
 
-use super::BTF_PATH;
+/// Where the kernel exposes its BTF.
+pub(super) const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 /// Why the eBPF sampler cannot run. The ptrace reader
 /// ([`ThreadReader`](otel_ctx_reader::ThreadReader)) still works in every one of these cases.

@@ -25,6 +25,7 @@
 //! ([`EbpfSampler::set_process_python`]).
 
 mod error;
+mod maps;
 mod publications;
 mod python;
 mod targets;
@@ -44,7 +45,10 @@ use otel_ctx_reader::thread::tls::{Resolution, SampleError, SlotContents};
 use otel_ctx_reader::thread::{ThreadContextRef, ThreadReader};
 use otel_ctx_reader::UserRegisters;
 
-use error::{explain, is_permission, load_error};
+use crate::python::PythonProcess;
+
+use error::{explain, is_permission, load_error, BTF_PATH};
+use maps::{counter, poll_readable};
 use targets::Targets;
 
 pub use error::EbpfError;
@@ -61,7 +65,6 @@ pub use wire::{
 /// beside it, which `build.rs` copies (or compiles again with `$OTEL_CTX_BPF_CLANG`).
 static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
 const PROGRAM_NAME: &str = "sample_thread_context";
-const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 /// How an [`EbpfSampler`] samples. Start from `EbpfOptions::default()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -431,6 +434,20 @@ impl EbpfSampler {
         }
     }
 
+    /// Walks the Python frames of process `pid` (followed already, with a slot or for
+    /// its stacks only) at every tick, with `python`'s offsets: its samples then carry
+    /// them ([`EbpfSample::python`]).
+    pub fn set_process_python(
+        &mut self,
+        pid: u32,
+        python: &PythonProcess,
+    ) -> Result<(), EbpfError> {
+        if !self.follows(pid) {
+            return Err(EbpfError::UnknownProcess { pid });
+        }
+        python::set_target(&mut self.ebpf, pid, python)
+    }
+
     /// Writes process `pid`'s entry of the program's `targets` map, with a new
     /// generation, and records it (no resolution: its stacks only).
     fn write_target(&mut self, pid: u32, resolution: Option<Resolution>) -> Result<(), EbpfError> {
@@ -570,30 +587,6 @@ impl EbpfSampler {
             ticks: counter(&self.counters, 0)?,
             lost: counter(&self.counters, 1)?,
         })
-    }
-}
-
-/// Counter `index` of a program's per-CPU counters, summed over CPUs.
-fn counter(counters: &PerCpuArray<MapData, u64>, index: u32) -> Result<u64, EbpfError> {
-    let values = counters
-        .get(&index, 0)
-        .map_err(|e| EbpfError::Setup(explain(&e).0))?;
-    Ok(values.iter().copied().fold(0u64, u64::wrapping_add))
-}
-
-/// Waits up to `timeout` for `fd` (a ring buffer) to be readable; whether it is. A
-/// signal ends the wait early, as no data.
-fn poll_readable(fd: &impl std::os::fd::AsFd, timeout: Duration) -> Result<bool, EbpfError> {
-    use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    let timeout = Timespec {
-        tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    };
-    let mut fds = [PollFd::new(fd, PollFlags::IN)];
-    match poll(&mut fds, Some(&timeout)) {
-        Ok(n) => Ok(n > 0),
-        Err(rustix::io::Errno::INTR) => Ok(false),
-        Err(e) => Err(EbpfError::Poll(e.into())),
     }
 }
 

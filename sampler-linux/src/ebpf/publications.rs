@@ -18,6 +18,7 @@ use aya::programs::TracePoint;
 use aya::{Ebpf, EbpfLoader};
 
 use super::error::{explain, load_error};
+use super::maps::{counter, poll_readable};
 use super::EbpfError;
 
 /// The BPF object built from `bpf/publications.bpf.c`: the one checked in beside it, which
@@ -95,7 +96,7 @@ impl PublicationHook {
     /// Waits up to `timeout` for an event; whether one is waiting. Read them with
     /// [`next_pid`](Self::next_pid) after every wait.
     pub fn wait(&self, timeout: Duration) -> Result<bool, EbpfError> {
-        super::poll_readable(&self.ring, timeout)
+        poll_readable(&self.ring, timeout)
     }
 
     /// The process id of the next event, if one is waiting: a process that named a
@@ -116,8 +117,8 @@ impl PublicationHook {
     /// The program's counts, summed over CPUs.
     pub fn counters(&self) -> Result<PublicationCounters, EbpfError> {
         Ok(PublicationCounters {
-            sent: super::counter(&self.counters, 0)?,
-            lost: super::counter(&self.counters, 1)?,
+            sent: counter(&self.counters, 0)?,
+            lost: counter(&self.counters, 1)?,
         })
     }
 }

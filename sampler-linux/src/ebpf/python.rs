@@ -8,7 +8,7 @@ use aya::Ebpf;
 
 use super::error::explain;
 use super::wire::{u32_at, u64_at, EBPF_MAX_PYTHON_FRAMES, PY_FRAME_SIZE};
-use super::{EbpfError, EbpfSampler};
+use super::EbpfError;
 use crate::python::{PythonError, PythonFrame, PythonProcess, PythonStack};
 
 /// The map's name in the program.
@@ -105,29 +105,23 @@ pub(super) fn forget(ebpf: &mut Ebpf, pid: u32) {
     }
 }
 
-impl EbpfSampler {
-    /// Walks the Python frames of process `pid` (followed already, with a slot or for
-    /// its stacks only) at every tick, with `python`'s offsets: its samples then carry
-    /// them ([`EbpfSample::python`](super::EbpfSample::python)).
-    pub fn set_process_python(
-        &mut self,
-        pid: u32,
-        python: &PythonProcess,
-    ) -> Result<(), EbpfError> {
-        if !self.follows(pid) {
-            return Err(EbpfError::UnknownProcess { pid });
-        }
-        let words = target_words(python);
-        fits_the_program(&words)?;
-        let map = self
-            .ebpf
-            .map_mut(MAP)
-            .ok_or_else(|| EbpfError::Setup(format!("the program has no map {MAP:?}")))?;
-        let mut map = BpfHashMap::<_, u32, [u64; PY_TARGET_WORDS]>::try_from(map)
-            .map_err(|e| EbpfError::Setup(explain(&e).0))?;
-        map.insert(pid, words, 0)
-            .map_err(|e| EbpfError::Setup(explain(&e).0))
-    }
+/// Writes process `pid`'s entry of the program's `python` map, with `python`'s offsets
+/// ([`EbpfSampler::set_process_python`](super::EbpfSampler::set_process_python), which
+/// checks that the sampler follows the process).
+pub(super) fn set_target(
+    ebpf: &mut Ebpf,
+    pid: u32,
+    python: &PythonProcess,
+) -> Result<(), EbpfError> {
+    let words = target_words(python);
+    fits_the_program(&words)?;
+    let map = ebpf
+        .map_mut(MAP)
+        .ok_or_else(|| EbpfError::Setup(format!("the program has no map {MAP:?}")))?;
+    let mut map = BpfHashMap::<_, u32, [u64; PY_TARGET_WORDS]>::try_from(map)
+        .map_err(|e| EbpfError::Setup(explain(&e).0))?;
+    map.insert(pid, words, 0)
+        .map_err(|e| EbpfError::Setup(explain(&e).0))
 }
 
 /// The Python frames of one eBPF sample, as the program walked them.
@@ -148,7 +142,7 @@ impl<'a> EbpfPython<'a> {
     }
 
     /// Whether the program walked the process's Python frames
-    /// ([`EbpfSampler::set_process_python`]).
+    /// ([`EbpfSampler::set_process_python`](super::EbpfSampler::set_process_python)).
     pub const fn is_walked(&self) -> bool {
         self.state != PY_OFF
     }

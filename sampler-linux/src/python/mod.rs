@@ -19,11 +19,12 @@
 //! The eBPF sampler walks the same chain in its BPF program with the same offsets; this
 //! module is also where its parameters come from.
 
+mod error;
+mod frame;
 mod names;
 mod offsets;
 mod walk;
 
-use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -37,105 +38,17 @@ use otel_ctx_reader::thread::tls::{
     loaded_modules, resolve, ElfCache, Libc, Resolution, TargetMemory,
 };
 
+pub use error::PythonError;
+pub use frame::{PythonFrame, PythonStack, MAX_PYTHON_FRAMES, MAX_PYTHON_THREADS};
+#[cfg(all(test, feature = "ebpf"))]
+pub(crate) use frame::{FLAG_ENTRY, FLAG_GENERATOR, FLAG_SHIM, OWNED_BY_GENERATOR};
 pub use names::{
     CodeCache, CodeInfo, MAX_CACHED_CODES, MAX_CACHE_BYTES, MAX_LINE_TABLE, MAX_NAME_CHARS,
 };
 pub use offsets::{Offsets, PythonVersion};
-pub use walk::{PythonFrame, PythonStack, MAX_PYTHON_FRAMES, MAX_PYTHON_THREADS};
-#[cfg(all(test, feature = "ebpf"))]
-pub(crate) use walk::{FLAG_ENTRY, FLAG_GENERATOR, FLAG_SHIM, OWNED_BY_GENERATOR};
 
 /// CPython's thread-local current thread state (3.12 on).
 pub const TSTATE_SYMBOL: &str = "_Py_tss_tstate";
-
-/// Why a process's Python frames could not be read, or one sample's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PythonError {
-    /// A module defines `_PyRuntime` but not what an interpreter has with it
-    /// (`Py_Version`, `PyCode_Type`), or they say something no CPython says.
-    Fake(String),
-    /// A CPython this reader does not read, with the reason.
-    Unsupported {
-        /// The version the target's bytes say.
-        version: PythonVersion,
-        /// Why it is refused.
-        reason: String,
-    },
-    /// Memory that could not be read (unmapped, or the process is gone).
-    Memory {
-        /// What was read.
-        what: &'static str,
-        /// Where.
-        address: u64,
-    },
-    /// The thread has no `PyThreadState` (it is not a Python thread, or the list of
-    /// thread states is longer than [`MAX_PYTHON_THREADS`]).
-    NoThreadState,
-    /// The frame chain is longer than [`MAX_PYTHON_FRAMES`], or loops.
-    Loop,
-    /// What was read is not what CPython writes.
-    Malformed(&'static str),
-    /// The frame's code object is not a code object (its type is not `PyCode_Type`).
-    NotCode {
-        /// Its address.
-        address: u64,
-    },
-    /// The code object's stamp changed since the sample: it was freed and its address
-    /// reused.
-    Reused {
-        /// Its address.
-        address: u64,
-    },
-    /// The frame has not started running, or is a shim (CPython's own walk skips both).
-    Incomplete,
-}
-
-impl PythonError {
-    /// A snake_case name, stable for summaries and JSON.
-    pub const fn kind(&self) -> &'static str {
-        match self {
-            Self::Fake(_) => "python_fake",
-            Self::Unsupported { .. } => "python_unsupported",
-            Self::Memory { .. } => "python_memory",
-            Self::NoThreadState => "python_no_thread_state",
-            Self::Loop => "python_loop",
-            Self::Malformed(_) => "python_malformed",
-            Self::NotCode { .. } => "python_not_code",
-            Self::Reused { .. } => "python_code_reused",
-            Self::Incomplete => "python_incomplete",
-        }
-    }
-}
-
-impl fmt::Display for PythonError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Fake(what) => write!(f, "not a CPython interpreter: {what}"),
-            Self::Unsupported { version, reason } => write!(f, "CPython {version}: {reason}"),
-            Self::Memory { what, address } => write!(f, "cannot read {what} at {address:#x}"),
-            Self::NoThreadState => f.write_str("the thread has no Python thread state"),
-            Self::Loop => write!(
-                f,
-                "the Python frame chain loops or is longer than {MAX_PYTHON_FRAMES} frames"
-            ),
-            Self::Malformed(what) => write!(f, "malformed Python data: {what}"),
-            Self::NotCode { address } => {
-                write!(
-                    f,
-                    "the frame's code object at {address:#x} is not a code object"
-                )
-            }
-            Self::Reused { address } => write!(
-                f,
-                "the code object at {address:#x} changed since it was sampled (freed and reused)"
-            ),
-            Self::Incomplete => f.write_str("the frame has not started"),
-        }
-    }
-}
-
-impl std::error::Error for PythonError {}
 
 /// One frame's names: its code object and the line it was at.
 #[derive(Debug, Clone, PartialEq, Eq)]

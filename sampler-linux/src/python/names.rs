@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::error::PythonError;
 use super::offsets::Offsets;
-use super::PythonError;
 use otel_ctx_reader::thread::tls::TargetMemory;
 
 /// The longest name or file kept, in characters; a longer one is cut.

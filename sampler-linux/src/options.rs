@@ -1,0 +1,158 @@
+//! How a sampler samples: the way ([`Method`]), the threads a ptrace round stops
+//! ([`Threads`]), the rate, the stack copy and the limits ([`SamplerOptions`]).
+
+use otel_ctx_reader::thread::ThreadReaderOptions;
+
+use crate::stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
+
+/// The highest rate a sampler takes.
+pub const MAX_FREQUENCY_HZ: u32 = 10_000;
+/// The most processes a sampler follows at once by default, and the most the eBPF
+/// program has room for (its `targets` map, `MAX_PROCESSES` in `bpf/sampler.bpf.c`).
+pub const MAX_PROCESSES: usize = 1024;
+
+/// How a sampler takes its samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// The BPF program, at CPU-clock ticks on every CPU: a thread is sampled while it
+    /// runs, and nothing is stopped (feature `ebpf`; root, or `CAP_BPF` and
+    /// `CAP_PERFMON`, and a kernel with BTF).
+    Ebpf,
+    /// Rounds at the rate, each stopping the chosen threads one at a time with ptrace
+    /// (root or `CAP_SYS_PTRACE`).
+    Ptrace,
+}
+
+impl Method {
+    /// `eBPF` or `ptrace`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Ebpf => "eBPF",
+            Self::Ptrace => "ptrace",
+        }
+    }
+}
+
+/// Which threads a ptrace round stops (the eBPF program samples the threads that run
+/// when its ticks come, whatever this says).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Threads {
+    /// The threads that ran on a CPU since the last round (their scheduler statistics;
+    /// `R` in their `stat` where the kernel keeps none), each sample weighted by the CPU
+    /// time it stands for ([`Sample::weight_ns`](crate::Sample::weight_ns)): a CPU
+    /// profile.
+    #[default]
+    Running,
+    /// Every thread: what each thread is doing, idle ones too.
+    All,
+}
+
+/// How a [`Sampler`](crate::Sampler) samples. Start from `SamplerOptions::default()` and
+/// set fields with the builder methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SamplerOptions {
+    /// The way to sample; `None` (the default): eBPF when it can be used (the feature is
+    /// built in and the kernel lets it load), ptrace otherwise
+    /// ([`Sampler::fallback`](crate::Sampler::fallback) says why).
+    pub method: Option<Method>,
+    /// Samples per second: on every CPU with eBPF, of every chosen thread with ptrace.
+    /// Default 99.
+    pub frequency_hz: u32,
+    /// Bytes of each sample's stack to copy, for a profiler to unwind (at most
+    /// [`MAX_STACK_SIZE`]); 0 copies none and takes no registers. Default
+    /// [`DEFAULT_STACK_SIZE`].
+    pub stack_size: usize,
+    /// Which threads a ptrace round stops. Default [`Threads::Running`].
+    pub threads: Threads,
+    /// The most processes followed at once. Default 1024.
+    pub max_processes: usize,
+    /// How each process's thread reader is opened. A process whose context announces no
+    /// schema the reader knows is still read, its attributes named by index until its
+    /// key map comes, unless [`require_known_schema`](Self::require_known_schema).
+    pub thread_reader: ThreadReaderOptions,
+    /// Refuse a process whose context announces no known thread-context schema,
+    /// instead of reading it anyway. Default `false`.
+    pub require_known_schema: bool,
+    /// Walk the frames of the processes that run CPython (3.11, 3.13, 3.14) with each
+    /// sample ([`Sample::python`](crate::Sample::python); only when stacks are copied).
+    /// Default `true`.
+    pub python: bool,
+}
+
+impl Default for SamplerOptions {
+    fn default() -> Self {
+        Self {
+            method: None,
+            frequency_hz: 99,
+            stack_size: DEFAULT_STACK_SIZE,
+            threads: Threads::Running,
+            max_processes: MAX_PROCESSES,
+            thread_reader: ThreadReaderOptions::default(),
+            require_known_schema: false,
+            python: true,
+        }
+    }
+}
+
+impl SamplerOptions {
+    /// Sets [`method`](Self::method).
+    #[must_use]
+    pub const fn with_method(mut self, method: Option<Method>) -> Self {
+        self.method = method;
+        self
+    }
+
+    /// Sets [`frequency_hz`](Self::frequency_hz).
+    #[must_use]
+    pub const fn with_frequency_hz(mut self, hz: u32) -> Self {
+        self.frequency_hz = hz;
+        self
+    }
+
+    /// Sets [`stack_size`](Self::stack_size) (cut to [`MAX_STACK_SIZE`]).
+    #[must_use]
+    pub const fn with_stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = if bytes > MAX_STACK_SIZE {
+            MAX_STACK_SIZE
+        } else {
+            bytes
+        };
+        self
+    }
+
+    /// Sets [`threads`](Self::threads).
+    #[must_use]
+    pub const fn with_threads(mut self, threads: Threads) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// Sets [`max_processes`](Self::max_processes) (at least 1).
+    #[must_use]
+    pub const fn with_max_processes(mut self, max: usize) -> Self {
+        self.max_processes = if max == 0 { 1 } else { max };
+        self
+    }
+
+    /// Sets [`thread_reader`](Self::thread_reader).
+    #[must_use]
+    pub const fn with_thread_reader(mut self, options: ThreadReaderOptions) -> Self {
+        self.thread_reader = options;
+        self
+    }
+
+    /// Sets [`require_known_schema`](Self::require_known_schema).
+    #[must_use]
+    pub const fn with_require_known_schema(mut self, require: bool) -> Self {
+        self.require_known_schema = require;
+        self
+    }
+
+    /// Sets [`python`](Self::python).
+    #[must_use]
+    pub const fn with_python(mut self, python: bool) -> Self {
+        self.python = python;
+        self
+    }
+}

@@ -1,0 +1,92 @@
+//! One sample, the one shape in which a sampler hands over what it took of a thread.
+
+use otel_ctx_reader::thread::tls::SampleError;
+use otel_ctx_reader::thread::ThreadContextRef;
+use otel_ctx_reader::UserRegisters;
+
+use crate::python::{PythonError, PythonFrame, PythonNames};
+
+/// One sample, as [`Sampler::step`](crate::Sampler::step) hands it over (borrowed until
+/// the callback returns), and as a profiler takes it: the one shape of a sample from the
+/// sampler up.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Sample<'a> {
+    /// The thread's process.
+    pub pid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// Its name (`/proc/<pid>/task/<tid>/comm`, read once per thread), empty when it
+    /// could not be read.
+    pub thread_name: &'a str,
+    /// Its user registers, when the sampler copies stacks and could take them.
+    pub registers: Option<UserRegisters>,
+    /// The top of its user stack, from the stack pointer up (empty without registers).
+    pub stack: &'a [u8],
+    /// Its kernel stack's return addresses (eBPF only, when asked for; native-endian
+    /// `u64`s, innermost first).
+    pub kernel_frames: &'a [u8],
+    /// Its thread context (`Ok(None)`: none attached, or the process is followed for its
+    /// stacks only), or why it could not be read.
+    pub context: Result<Option<ThreadContextRef<'a>>, &'a SampleError>,
+    /// Its Python frames, when its process runs CPython
+    /// ([`SamplerOptions::python`](crate::SamplerOptions::python)).
+    pub python: Option<PythonSample<'a>>,
+    /// The time it stands for, in nanoseconds; 0: one sampling period.
+    pub weight_ns: u64,
+}
+
+/// A sample's Python frames, with the names of their code objects, read by the sampler
+/// before it hands the sample over.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PythonSample<'a> {
+    /// The frames, newest first, as the walk found them (shims among them), or why it
+    /// could not walk them (the sample keeps its native stack).
+    pub frames: Result<&'a [PythonFrame], &'a PythonError>,
+    /// Their names ([`PythonNames::frame_info`]) and where the evaluation loop is.
+    pub names: PythonNames<'a>,
+}
+
+impl<'a> Sample<'a> {
+    /// A sample of thread `tid` (named `thread_name`) of process `pid`: its registers and
+    /// stack copy, without a context or Python frames, of one sampling period's weight.
+    pub fn new(
+        pid: u32,
+        tid: u32,
+        thread_name: &'a str,
+        registers: Option<UserRegisters>,
+        stack: &'a [u8],
+    ) -> Self {
+        Self {
+            pid,
+            tid,
+            thread_name,
+            registers,
+            stack,
+            kernel_frames: &[],
+            context: Ok(None),
+            python: None,
+            weight_ns: 0,
+        }
+    }
+
+    /// Sets [`context`](Self::context): a record read some other way.
+    #[must_use]
+    pub fn with_context(mut self, context: Option<ThreadContextRef<'a>>) -> Self {
+        self.context = Ok(context);
+        self
+    }
+
+    /// Sets [`weight_ns`](Self::weight_ns).
+    #[must_use]
+    pub const fn with_weight_ns(mut self, weight: u64) -> Self {
+        self.weight_ns = weight;
+        self
+    }
+
+    /// The thread context, if the sample has one.
+    pub fn context(&self) -> Option<&ThreadContextRef<'a>> {
+        self.context.as_ref().ok().and_then(Option::as_ref)
+    }
+}
