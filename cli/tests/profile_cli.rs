@@ -307,6 +307,36 @@ fn the_demo_service_by_route_and_handler() {
     drop(service);
 }
 
+/// A Rust service's functions read whole in `go tool pprof`'s default view: none cut to
+/// `::name` (pprof takes what is between angle brackets for C++ template arguments), and
+/// the full name kept as the function's system name (`-raw`).
+#[test]
+fn rust_names_read_whole_in_go_tool_pprof() {
+    let service = DemoService::start();
+    let dir = support::scratch("profile-cli-rust-names");
+    let pb = dir.join("demo.pb.gz");
+    let pid: u32 = service.pid().parse().expect("a pid");
+    profile(pid, &["--duration", "2s", "-o", pb.to_str().unwrap()]);
+    drop(service);
+    let Some(_) = go() else {
+        println!("go is not installed: the pprof check is skipped");
+        return;
+    };
+    let top = pprof(&["-top", "-nodecount=100000"], &pb);
+    let names: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .collect();
+    assert!(names.iter().any(|n| n.contains("::")), "{top}");
+    let cut: Vec<&&str> = names.iter().filter(|n| n.starts_with("::")).collect();
+    assert!(cut.is_empty(), "names cut by pprof: {cut:?}\n{top}");
+    // The full names, as the system names of the functions.
+    let raw = pprof(&["-raw"], &pb);
+    assert!(raw.contains("s=0(<"), "no full Rust name as a system name:\n{raw}");
+}
+
 #[test]
 fn a_process_without_thread_contexts_is_profiled_and_said() {
     let spinner = KillOnDrop(
