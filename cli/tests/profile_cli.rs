@@ -334,7 +334,10 @@ fn rust_names_read_whole_in_go_tool_pprof() {
     assert!(cut.is_empty(), "names cut by pprof: {cut:?}\n{top}");
     // The full names, as the system names of the functions.
     let raw = pprof(&["-raw"], &pb);
-    assert!(raw.contains("s=0(<"), "no full Rust name as a system name:\n{raw}");
+    assert!(
+        raw.contains("s=0(<"),
+        "no full Rust name as a system name:\n{raw}"
+    );
 }
 
 #[test]

@@ -375,7 +375,6 @@ impl Sampler {
                             thread_name: process.names.get(s.pid, s.tid),
                             registers: taken.then_some(s.registers),
                             stack: s.stack,
-                            kernel_frames: s.kernel_frames,
                             context: match &s.context {
                                 Ok(context) => Ok(context.clone()),
                                 Err(e) => Err(e),

@@ -193,7 +193,6 @@ impl Rounds {
                     thread_name: names.get(pid, tid),
                     registers,
                     stack,
-                    kernel_frames: &[],
                     context: match &context {
                         Ok(context) => Ok(context.clone()),
                         Err(e) => Err(e),

@@ -23,9 +23,6 @@ pub struct Sample<'a> {
     pub registers: Option<UserRegisters>,
     /// The top of its user stack, from the stack pointer up (empty without registers).
     pub stack: &'a [u8],
-    /// Its kernel stack's return addresses (eBPF only, when asked for; native-endian
-    /// `u64`s, innermost first).
-    pub kernel_frames: &'a [u8],
     /// Its thread context (`Ok(None)`: none attached, or the process is followed for its
     /// stacks only), or why it could not be read.
     pub context: Result<Option<ThreadContextRef<'a>>, &'a SampleError>,
@@ -64,7 +61,6 @@ impl<'a> Sample<'a> {
             thread_name,
             registers,
             stack,
-            kernel_frames: &[],
             context: Ok(None),
             python: None,
             weight_ns: 0,

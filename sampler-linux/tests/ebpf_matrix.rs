@@ -343,10 +343,12 @@ fn stacks_and_registers_with_each_sample() {
                 "{} bytes of stack",
                 stack.stack.len()
             );
-            for frame in stack.kernel_frames.chunks(8) {
-                let addr = u64::from_ne_bytes(frame.try_into().unwrap());
+            assert_eq!(stack.kernel_frame_count() * 8, stack.kernel_frames.len());
+            for n in 0..stack.kernel_frame_count() {
+                let addr = stack.kernel_frame(n).expect("a frame within the count");
                 assert!(addr >= 0xffff_8000_0000_0000, "kernel frame {addr:#x}");
             }
+            assert_eq!(stack.kernel_frame(stack.kernel_frame_count()), None);
             with_kernel_frames += usize::from(!stack.kernel_frames.is_empty());
             // The context still comes with it.
             let _ = stack.context.expect("a readable context");

@@ -9,6 +9,7 @@ mod python_support;
 use otel_ctx_reader::{ProcessMaps, RecordBuffer, ThreadReader};
 use otel_ctx_sampler::python::{PythonProcess, PythonStack};
 use otel_ctx_sampler::stack::{sample_with_python_into, StackBuffer};
+use otel_ctx_sampler::{Method, Sampler, SamplerOptions};
 use python_support::{shows_chain, start, Publisher, Runtime};
 
 fn hex(bytes: &[u8]) -> String {
@@ -87,6 +88,36 @@ fn walks(runtime: Runtime, publisher: Publisher) {
     // Lines come from the location tables: the leaf's line is inside its function.
     let cache = python.code_cache();
     assert!(cache.len() >= 4 && cache.bytes() > 0, "{}", target.label);
+}
+
+/// The sampler walks a Python process's frames with its samples unless told not to
+/// (`SamplerOptions::with_python(false)`: the native stacks alone, at less cost).
+#[test]
+fn the_sampler_walks_python_frames_unless_told_not_to() {
+    let target = start(Runtime::Bookworm311, Publisher::Ffi);
+    for python in [true, false] {
+        let options = SamplerOptions::default()
+            .with_method(Some(Method::Ptrace))
+            .with_python(python);
+        let mut sampler = Sampler::new(options).expect("a sampler");
+        sampler.add_process(target.pid).expect("follow the service");
+        let (mut samples, mut walked) = (0, 0);
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while std::time::Instant::now() < end {
+            sampler
+                .step(std::time::Duration::from_millis(50), |s| {
+                    samples += 1;
+                    walked += usize::from(s.python.is_some());
+                    false
+                })
+                .expect("a step");
+        }
+        assert!(samples > 0, "{}: no sample", target.label);
+        match python {
+            true => assert!(walked > 0, "{}: no Python frames", target.label),
+            false => assert_eq!(walked, 0, "{}: frames walked", target.label),
+        }
+    }
 }
 
 #[test]
