@@ -109,6 +109,8 @@ pub use profile::{Entry, FrameKind, LabelSet, Location, Mapping, Profile, Skippe
 pub use profiler::Profiler;
 pub use python::{PythonStats, MAX_PYTHON_LOCATIONS};
 pub use sample::{Filter, ProfileOptions, SampleOutcome, DEFAULT_MAX_DEPTH, DEFAULT_PERIOD_NS};
+#[cfg(feature = "http")]
+pub use session::ExportingFleet;
 pub use session::{
     FleetCounts, FleetOptions, FleetProfiler, FleetSummary, Member, ProcessProfiler,
     ProcessSummary, SessionOptions, DEFAULT_DEBUGINFOD_TIME,

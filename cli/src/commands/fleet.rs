@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use otel_ctx_profile::export::{self, Exporter};
 use otel_ctx_profile::otlp::OtlpScope;
-use otel_ctx_profile::{Filter, FleetOptions, FleetProfiler, FoldedOptions, Outputs, Profile};
+use otel_ctx_profile::{
+    ExportingFleet, Filter, FleetOptions, FleetProfiler, FoldedOptions, Outputs, Profile,
+};
 use otel_ctx_sampler::Method;
 
 use super::otlp;
@@ -25,6 +27,12 @@ use super::{sampler_failure, text, Failure, INTERRUPTED, SUMMARY_ASKED};
 
 /// How long a step of the loop lasts at most.
 const TICK: Duration = Duration::from_millis(100);
+
+/// The fleet's loop: its profiles sent as it goes, or written at the end.
+enum Run {
+    Exporting(ExportingFleet),
+    Files(FleetProfiler),
+}
 
 /// Runs `profile --all` or `profile <pid> --otlp`.
 pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
@@ -99,58 +107,65 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
     let progress = std::io::stderr().is_terminal() && !request.quiet;
     let mut said_failure = false;
     let started = Instant::now();
-    let (mut exported, mut shown) = (started, started);
+    let mut shown = started;
     let forever = request.duration.is_zero();
+    let mut run = match exporter {
+        Some(exporter) => Run::Exporting(ExportingFleet::new(
+            fleet,
+            exporter,
+            request.export_interval,
+        )),
+        None => Run::Files(fleet),
+    };
     while (forever || started.elapsed() < request.duration) && !INTERRUPTED.load(Ordering::Relaxed)
     {
-        fleet.step(TICK).map_err(sampler_failure)?;
+        let (fleet, exporter) = match &mut run {
+            Run::Exporting(run) => {
+                run.step(TICK).map_err(sampler_failure)?;
+                said_failure = say_failure(run.exporter(), said_failure);
+                (run.fleet(), Some(run.exporter()))
+            }
+            Run::Files(fleet) => {
+                fleet.step(TICK).map_err(sampler_failure)?;
+                (&*fleet, None)
+            }
+        };
         if request.pid.is_some() && fleet.is_empty() {
             break;
         }
-        if let Some(exporter) = &exporter {
-            if exported.elapsed() >= request.export_interval {
-                exported = Instant::now();
-                exporter.submit(fleet.take_profiles());
-            }
-            said_failure = say_failure(exporter, said_failure);
-        }
         if SUMMARY_ASKED.swap(false, Ordering::Relaxed) {
-            let export = exporter
-                .as_ref()
-                .map(|e| (e.destination().describe(), e.stats()));
-            eprint!("{}", summary(&fleet, export, started));
+            let export = exporter.map(|e| (e.destination().describe(), e.stats()));
+            eprint!("{}", summary(fleet, export, started));
         }
         if progress && shown.elapsed() >= Duration::from_millis(500) {
             shown = Instant::now();
-            eprint!("\r\x1b[K{}", progress_line(&fleet, &exporter, started));
+            eprint!("\r\x1b[K{}", progress_line(fleet, exporter, started));
         }
     }
     if progress {
         eprint!("\r\x1b[K");
     }
-    // The samples taken since the last step, without waiting; then sampling ends, before
-    // the last profiles are made (and debuginfod waited for).
-    fleet.step(Duration::ZERO).map_err(sampler_failure)?;
-    fleet.finish();
-    let stats = match exporter {
-        Some(mut exporter) => {
-            exporter.submit(fleet.take_profiles());
-            exporter.close();
+    // The samples taken since the last step; then sampling ends, before the last profiles
+    // are made (and debuginfod waited for), and what is queued is sent.
+    let (mut fleet, stats) = match run {
+        Run::Exporting(run) => {
             if said_failure {
                 eprintln!(
                     "otel-ctx: trying what is queued again for at most {} (--otlp-timeout)",
                     text::duration(timeout.as_nanos() as u64)
                 );
             }
-            while !exporter.is_done() {
-                said_failure = say_failure(&exporter, said_failure);
-                std::thread::sleep(TICK);
-            }
-            say_failure(&exporter, said_failure);
-            let to = exporter.destination().describe();
-            Some((to, exporter.finish()))
+            let to = run.exporter().destination().describe();
+            let (fleet, stats) = run
+                .finish(|exporter| said_failure = say_failure(exporter, said_failure))
+                .map_err(sampler_failure)?;
+            (fleet, Some((to, stats)))
         }
-        None => None,
+        Run::Files(mut fleet) => {
+            fleet.step(Duration::ZERO).map_err(sampler_failure)?;
+            fleet.finish();
+            (fleet, None)
+        }
     };
     if let Some(outputs) = files {
         write_files(fleet.profiles(), &outputs, &request.by)?;
@@ -212,14 +227,14 @@ fn write_files(profiles: Vec<Profile>, outputs: &Outputs, by: &str) -> Result<()
     Ok(())
 }
 
-fn progress_line(fleet: &FleetProfiler, exporter: &Option<Exporter>, started: Instant) -> String {
+fn progress_line(fleet: &FleetProfiler, exporter: Option<&Exporter>, started: Instant) -> String {
     let mut line = format!(
         "profiling {} (eBPF): {}, {} samples",
         processes(fleet.members().len() as u64),
         text::duration(started.elapsed().as_nanos() as u64),
         fleet.sampler().stats().samples,
     );
-    if let Some(stats) = exporter.as_ref().map(Exporter::stats) {
+    if let Some(stats) = exporter.map(Exporter::stats) {
         line.push_str(&format!(
             ", {} requests sent, {} queued, {} dropped",
             stats.sent,

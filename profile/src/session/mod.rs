@@ -3,11 +3,15 @@
 //! publishes a process context ([`FleetProfiler`]: following, adopting and dropping them
 //! as they come and go, a profile per process per interval).
 
+#[cfg(feature = "http")]
+mod exporting;
 mod fleet;
 mod process;
 mod scout;
 mod summary;
 
+#[cfg(feature = "http")]
+pub use exporting::ExportingFleet;
 pub use fleet::{FleetCounts, FleetOptions, FleetProfiler, Member};
 pub use process::{ProcessProfiler, SessionOptions, DEFAULT_DEBUGINFOD_TIME};
 pub use summary::{FleetSummary, ProcessSummary};
