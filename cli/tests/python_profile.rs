@@ -285,12 +285,19 @@ fn profiles(runtime: Runtime, publisher: Publisher) {
             "{} by {how}: leaf share {share:.2}, py-spy's {spy_share:.2}",
             target.label
         );
-        // Lines: where the leaf spends its time, as py-spy reads it too.
-        assert_eq!(
-            top(&shown.leaf_lines),
-            top(&spy_lines),
-            "{} by {how}: py_leaf_hot's lines",
-            target.label
+        // Lines: where the leaf spends its time, as py-spy reads it too. Its loop's two
+        // lines share the time in a ratio that depends on how the CPU runs the
+        // interpreter: ours must be a line py-spy gives a good part of the leaf's samples.
+        let spy_total: u64 = spy_lines.values().sum();
+        let ours_top = top(&shown.leaf_lines);
+        assert!(
+            ours_top
+                .and_then(|line| spy_lines.get(&line))
+                .is_some_and(|&n| n * 10 >= spy_total * 3),
+            "{} by {how}: py_leaf_hot's lines, ours {:?}, py-spy's {:?}",
+            target.label,
+            shown.leaf_lines,
+            spy_lines
         );
     }
 }
