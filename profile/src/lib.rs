@@ -89,6 +89,7 @@ mod format;
 mod module;
 pub mod otlp;
 pub mod output;
+mod plt;
 mod pprof;
 mod profile;
 mod profiler;

@@ -9,6 +9,7 @@ use object::{Object, ObjectSymbol, ReadRef, SymbolKind};
 
 use crate::bytes::DwarfContext;
 use crate::elf::Elf;
+use crate::plt;
 
 /// Most symbols kept of one module (libxul has about a million).
 const MAX_SYMBOLS: usize = 1 << 22;
@@ -22,6 +23,14 @@ const MAX_INLINE_DEPTH: usize = 64;
 /// How far past a symbol of unknown size an address may lie and still be given its
 /// name, when no other symbol follows.
 const UNSIZED_REACH: u64 = 64 * 1024;
+
+/// The name of a PLT stub whose target is unknown, and of the PLT's header (PLT0, which
+/// enters the dynamic linker): an honest name for code that is in the PLT, rather than
+/// the symbol before it (`_init`) or no name at all.
+pub(crate) const PLT_UNNAMED: &str = "[plt]";
+
+/// What is added to a function's name to name its PLT stub, as perf and objdump do.
+const PLT_SUFFIX: &str = "@plt";
 
 /// One function an address is in.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -49,13 +58,33 @@ pub(crate) struct SymbolTable {
 }
 
 impl SymbolTable {
-    /// The function symbols of `.symtab` and `.dynsym`. Names that cannot be read are
+    /// The function symbols of `.symtab` and `.dynsym`, and the PLT's stubs (each one
+    /// `NAME@plt`, or [`PLT_UNNAMED`]: every byte of the PLT sections is covered, so
+    /// none is given the name of a symbol before it). Names that cannot be read are
     /// left out; the caller asks the file's budget whether reading ran out. At one
-    /// address, a symbol with a size wins over one without, and a global one over a
-    /// weak alias (`__vdso_clock_gettime` over `clock_gettime`).
+    /// address, a PLT stub wins, then a symbol with a size over one without, and a
+    /// global one over a weak alias (`__vdso_clock_gettime` over `clock_gettime`).
     pub fn read<'a, R: ReadRef<'a>>(elf: &Elf<'a, R>) -> Self {
         let mut table = Self::default();
-        let mut weak = Vec::new();
+        // 0 for a PLT stub, 1 for a global symbol, 2 for a weak one.
+        let mut rank = Vec::new();
+        let mut stub_name = Vec::new();
+        for stub in plt::stubs(elf) {
+            stub_name.clear();
+            match stub.name {
+                Some(name) => {
+                    stub_name.extend_from_slice(&name[..name.len().min(MAX_NAME)]);
+                    stub_name.extend_from_slice(PLT_SUFFIX.as_bytes());
+                }
+                None => stub_name.extend_from_slice(PLT_UNNAMED.as_bytes()),
+            }
+            if table.entries.len() >= MAX_SYMBOLS
+                || table.push(stub.address, stub.size, &stub_name).is_err()
+            {
+                break;
+            }
+            rank.push(0u8);
+        }
         for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
             if table.entries.len() >= MAX_SYMBOLS {
                 break;
@@ -73,12 +102,13 @@ impl SymbolTable {
             if table.push(address, symbol.size(), name).is_err() {
                 break;
             }
-            weak.push(symbol.is_weak());
+            rank.push(if symbol.is_weak() { 2 } else { 1 });
         }
         let mut order: Vec<usize> = (0..table.entries.len()).collect();
         order.sort_unstable_by_key(|&at| {
             let e = &table.entries[at];
-            (e.address, std::cmp::Reverse(e.size), weak[at])
+            let rank = rank.get(at).copied().unwrap_or(2);
+            (e.address, rank != 0, std::cmp::Reverse(e.size), rank)
         });
         table.entries = order.into_iter().map(|at| table.entries[at]).collect();
         table.entries.dedup_by_key(|e| e.address);
@@ -167,10 +197,16 @@ impl SymbolTable {
     }
 }
 
-/// `name` demangled (Rust, then C++), or as it is.
+/// `name` demangled (Rust, then C++), or as it is; a PLT stub's name is its function's,
+/// demangled, then `@plt`.
 pub(crate) fn demangle(name: &str) -> String {
     if name.len() >= MAX_NAME {
         return name.to_owned();
+    }
+    if let Some(function) = name.strip_suffix(PLT_SUFFIX) {
+        let mut out = addr2line::demangle_auto(Cow::Borrowed(function), None).into_owned();
+        out.push_str(PLT_SUFFIX);
+        return out;
     }
     addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned()
 }
@@ -246,6 +282,8 @@ mod tests {
             "std::vector<int, std::allocator<int> >::push_back(int const&)"
         );
         assert_eq!(demangle("cart_leaf"), "cart_leaf");
+        assert_eq!(demangle("_Z3fooi@plt"), "foo(int)@plt");
+        assert_eq!(demangle("rand_r@plt"), "rand_r@plt");
         let long = "_Z".to_owned() + &"a".repeat(MAX_NAME);
         assert_eq!(demangle(&long), long);
     }
