@@ -438,3 +438,85 @@ fn maps_read_again_on_evidence() {
         folded_text(&profile)
     );
 }
+
+#[test]
+fn plt_stubs_named_never_the_symbol_before() {
+    use object::{Object, ObjectSection, ObjectSymbol};
+
+    let program = support::build_plt("plt-rand", &[]);
+    let fixture = Fixture::start(&program, &[]);
+    let captured = support::capture_stacks(fixture.pid, ROUNDS);
+    let (profile, _) = support::profile_of(&captured, ProfileOptions::default());
+    // No frame of any sample is named _init, the symbol before the PLT; the thread
+    // spends its time in rand_r, its stub and its caller, whichever instruction the
+    // interrupts land on.
+    let mut leaves = std::collections::BTreeMap::<&str, u64>::new();
+    for entry in &profile.entries {
+        let stack = &profile.stacks[entry.stack.expect("no overflow")];
+        for &at in stack {
+            let location = &profile.locations[at];
+            assert!(
+                location.symbols.iter().all(|s| s.name != "_init"),
+                "{location:?}\n{}",
+                folded_text(&profile)
+            );
+        }
+        if profile.label_sets[entry.labels].get("thread.name") == Some("w-rand") {
+            *leaves
+                .entry(profile.locations[stack[0]].function_name())
+                .or_default() += entry.samples;
+        }
+    }
+    println!("w-rand's leaves: {leaves:?}");
+    let in_rand_r =
+        leaves.get("rand_r@plt").copied().unwrap_or(0) + leaves.get("rand_r").copied().unwrap_or(0);
+    assert!(in_rand_r > 0, "{leaves:?}\n{}", folded_text(&profile));
+    // By construction: every address of the running program's PLT sections is
+    // symbolized as a stub (NAME@plt) or [plt], and its call goes through rand_r@plt.
+    let bytes = std::fs::read(&program).expect("read the fixture");
+    let elf = object::File::parse(&bytes[..]).expect("an ELF file");
+    let file = captured
+        .maps
+        .files
+        .iter()
+        .find(|f| std::path::Path::new(&f.path) == program)
+        .expect("the program is mapped");
+    // gcc's PIE text segment is at the same offset and address in the file.
+    let text = file
+        .ranges
+        .iter()
+        .find(|r| r.is_executable())
+        .expect("its code");
+    let bias = text.start - text.offset;
+    let mut profiler = otel_ctx_profile::Profiler::new(captured.pid, ProfileOptions::default());
+    profiler.update_maps(&captured.maps);
+    let name = |svma: u64| {
+        let symbols = profiler.symbolize(otel_ctx_profile::Frame {
+            address: bias + svma,
+            return_address: false,
+        });
+        symbols.last().map(|s| s.name.clone()).unwrap_or_default()
+    };
+    let main = elf
+        .symbols()
+        .find(|s| s.name() == Ok("main"))
+        .expect("main");
+    assert_eq!(name(main.address()), "main", "the bias is right");
+    let mut stubs = std::collections::BTreeMap::<String, u64>::new();
+    for section in [".plt", ".plt.sec", ".plt.got"] {
+        let Some(section) = elf.section_by_name(section) else {
+            continue;
+        };
+        for svma in section.address()..section.address() + section.size() {
+            let name = name(svma);
+            assert!(
+                name.ends_with("@plt") || name == "[plt]",
+                "{svma:#x} named {name:?}"
+            );
+            *stubs.entry(name).or_default() += 1;
+        }
+    }
+    println!("bytes of the PLT by name: {stubs:?}");
+    assert_eq!(stubs.get("rand_r@plt"), Some(&16), "{stubs:?}");
+    fixture.finish();
+}

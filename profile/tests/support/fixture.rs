@@ -1,6 +1,6 @@
 //! The C fixtures of the profile tests and running copies of them: `routes.c`, built
-//! against the workspace's C ABI, and the symbol sources' `symbols.c` with its stripped
-//! libraries and a local debuginfod server. Shared by this crate's tests and the
+//! against the workspace's C ABI, `plt.c` (libc through the PLT), and the symbol
+//! sources' `symbols.c` with its stripped libraries and a local debuginfod server. Shared by this crate's tests and the
 //! `otel-ctx profile` tests (which include this file with `#[path]`).
 #![allow(dead_code)]
 
@@ -112,6 +112,22 @@ pub fn build_plugin(name: &str) -> PathBuf {
         out.to_str().expect("UTF-8 path"),
         src.to_str().expect("UTF-8 path"),
     ]);
+    out
+}
+
+/// Builds `plt.c` (a thread calling libc's `rand_r` through the PLT) with `flags` as
+/// `name`.
+pub fn build_plt(name: &str, flags: &[&str]) -> PathBuf {
+    let out = out_path(name);
+    let src = fixtures().join("plt.c");
+    let mut args = vec!["-std=c11", "-Wall", "-Werror", "-O2", "-pthread"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[
+        "-o",
+        out.to_str().expect("UTF-8 path"),
+        src.to_str().expect("UTF-8 path"),
+    ]);
+    gcc(&args);
     out
 }
 
