@@ -153,7 +153,7 @@ fn completions_where_each_shell_looks_and_pages_where_man_looks() {
         &in_home(&home, "man", &["-P", "cat", "otel-ctx-profile"]),
     );
     assert!(
-        shown.contains("--all") && shown.contains("--ptrace"),
+        shown.contains("--all") && shown.contains("--sampler"),
         "{shown}"
     );
     let main = succeeded("man", &in_home(&home, "man", &["-P", "cat", "otel-ctx"]));
