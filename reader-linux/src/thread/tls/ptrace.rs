@@ -223,16 +223,7 @@ impl StoppedThread {
 
     /// The thread pointer: `fs_base` on x86_64, `tpidr_el0` on aarch64.
     pub fn thread_pointer(&self) -> Result<u64, PtraceError> {
-        sys::thread_pointer(self.tid).map_err(|e| {
-            os_error(
-                if cfg!(target_arch = "aarch64") {
-                    "PTRACE_GETREGSET(NT_ARM_TLS)"
-                } else {
-                    "PTRACE_GETREGS"
-                },
-                e,
-            )
-        })
+        sys::thread_pointer(self.tid).map_err(|e| os_error(sys::THREAD_POINTER_REQUEST, e))
     }
 }
 
@@ -241,16 +232,7 @@ impl StoppedThread {
     /// `sp`, `x29`, `x30` on aarch64. With the thread pointer, from the same request on
     /// x86_64.
     pub fn registers(&self) -> Result<(UserRegisters, u64), PtraceError> {
-        let raw = sys::registers(self.tid).map_err(|e| {
-            os_error(
-                if cfg!(target_arch = "aarch64") {
-                    "PTRACE_GETREGSET(NT_PRSTATUS)"
-                } else {
-                    "PTRACE_GETREGS"
-                },
-                e,
-            )
-        })?;
+        let raw = sys::registers(self.tid).map_err(|e| os_error(sys::REGISTERS_REQUEST, e))?;
         let registers = UserRegisters {
             ip: raw.ip,
             sp: raw.sp,

@@ -13,6 +13,19 @@
 
 use std::io;
 
+mod call;
+// Where the architectures differ, each has its own file with the same names.
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) use aarch64::{registers, thread_pointer, REGISTERS_REQUEST, THREAD_POINTER_REQUEST};
+use call::check;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86_64::{registers, thread_pointer, REGISTERS_REQUEST, THREAD_POINTER_REQUEST};
+
 /// Copies `buf.len()` bytes at `remote` in process `pid` into `buf`: one
 /// `process_vm_readv` of one local and one remote range. Returns the bytes copied, which
 /// is short when the range runs into an unmapped page.
@@ -75,14 +88,6 @@ pub(crate) fn process_vm_readv_each(pid: i32, reads: &mut [(u64, &mut [u8])]) ->
     }
 }
 
-fn check(r: libc::c_long) -> io::Result<()> {
-    if r == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// `PTRACE_SEIZE`: attaches to thread `tid` without stopping it.
 pub(crate) fn ptrace_seize(tid: i32) -> io::Result<()> {
     // SAFETY: PTRACE_SEIZE takes a tid and no pointers (addr and data are 0).
@@ -112,78 +117,4 @@ pub(crate) fn waitpid_all(tid: i32, extra: i32) -> io::Result<Option<i32>> {
         0 => Ok(None),
         _ => Ok(Some(status)),
     }
-}
-
-/// The registers of a stopped tracee that unwinding starts from, and its thread pointer.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct RawRegisters {
-    pub(crate) ip: u64,
-    pub(crate) sp: u64,
-    pub(crate) fp: u64,
-    pub(crate) lr: u64,
-    pub(crate) thread_pointer: u64,
-}
-
-/// The user registers of stopped tracee `tid` (`PTRACE_GETREGS`): `rip`, `rsp`, `rbp`
-/// and `fs_base`.
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn registers(tid: i32) -> io::Result<RawRegisters> {
-    let mut regs = std::mem::MaybeUninit::<libc::user_regs_struct>::zeroed();
-    // SAFETY: PTRACE_GETREGS writes one user_regs_struct to `data`, which points at one.
-    check(unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, regs.as_mut_ptr()) })?;
-    // SAFETY: the buffer was zeroed, and then filled by the kernel.
-    let regs = unsafe { regs.assume_init() };
-    Ok(RawRegisters {
-        ip: regs.rip,
-        sp: regs.rsp,
-        fp: regs.rbp,
-        lr: 0,
-        thread_pointer: regs.fs_base,
-    })
-}
-
-/// The user registers of stopped tracee `tid` (`PTRACE_GETREGSET` with `NT_PRSTATUS`:
-/// `pc`, `sp`, `x29` and `x30`) and its thread pointer (`NT_ARM_TLS`: `tpidr_el0`).
-#[cfg(target_arch = "aarch64")]
-pub(crate) fn registers(tid: i32) -> io::Result<RawRegisters> {
-    const NT_PRSTATUS: usize = 1;
-    let mut regs = std::mem::MaybeUninit::<libc::user_regs_struct>::zeroed();
-    let mut iov = libc::iovec {
-        iov_base: regs.as_mut_ptr().cast(),
-        iov_len: std::mem::size_of::<libc::user_regs_struct>(),
-    };
-    // SAFETY: PTRACE_GETREGSET with NT_PRSTATUS writes at most `iov_len` bytes to
-    // `iov_base`, which points at a user_regs_struct that outlives the call.
-    check(unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, NT_PRSTATUS, &mut iov) })?;
-    // SAFETY: the buffer was zeroed, and then (partly) filled by the kernel; every bit
-    // pattern is a valid user_regs_struct.
-    let regs = unsafe { regs.assume_init() };
-    Ok(RawRegisters {
-        ip: regs.pc,
-        sp: regs.sp,
-        fp: regs.regs[29],
-        lr: regs.regs[30],
-        thread_pointer: thread_pointer(tid)?,
-    })
-}
-
-/// The thread pointer of stopped tracee `tid`: `fs_base`.
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn thread_pointer(tid: i32) -> io::Result<u64> {
-    registers(tid).map(|r| r.thread_pointer)
-}
-
-/// The thread pointer of stopped tracee `tid`: `tpidr_el0`.
-#[cfg(target_arch = "aarch64")]
-pub(crate) fn thread_pointer(tid: i32) -> io::Result<u64> {
-    const NT_ARM_TLS: usize = 0x401;
-    let mut tpidr: u64 = 0;
-    let mut iov = libc::iovec {
-        iov_base: (&mut tpidr as *mut u64).cast(),
-        iov_len: std::mem::size_of::<u64>(),
-    };
-    // SAFETY: PTRACE_GETREGSET with NT_ARM_TLS writes at most `iov_len` bytes to
-    // `iov_base`, which points at a u64 that outlives the call.
-    check(unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, NT_ARM_TLS, &mut iov) })?;
-    Ok(tpidr)
 }
