@@ -48,6 +48,12 @@ cargo clippy -p otel-ctx-profile --no-default-features --all-targets -- -D warni
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 
 step "dependency rules (ARCHITECTURE.md)"
+# The lines of the tracked files `$1` names, each up to its `#[cfg(test)]` module.
+lines_before_tests() {
+  git ls-files "$1" | while read -r f; do
+    awk '/^#\[cfg\(test\)\]/ { n = NR - 1; exit } { n = NR } END { print n }' "$f"
+  done | awk '{ s += $1 } END { print s + 0 }'
+}
 # The reader is a library a profiler embeds: no command line, no JSON, no writer.
 reader_tree=$(cargo tree -q -p otel-ctx-reader -e normal --prefix none)
 for banned in clap serde otel-ctx-writer; do
@@ -92,9 +98,7 @@ if ! cargo tree -q -p otel-ctx-profile -e normal --prefix none | grep -q "^otel-
   exit 1
 fi
 # The reader is the thin one: at most 6,000 lines before its tests.
-reader_lines=$(git ls-files 'reader-linux/src/*.rs' | while read -r f; do
-  awk '/^#\[cfg\(test\)\]/ { n = NR - 1; exit } { n = NR } END { print n }' "$f"
-done | awk '{ s += $1 } END { print s + 0 }')
+reader_lines=$(lines_before_tests 'reader-linux/src/*.rs')
 if [ "$reader_lines" -gt 6000 ]; then
   echo "reader-linux/src has $reader_lines lines before its tests (at most 6000)" >&2
   exit 1
@@ -160,9 +164,7 @@ if [ -n "$long" ]; then
 fi
 # The tool is clap and rendering: at most 3,000 lines before its tests, and it leaves
 # sampling, following processes and delivery to the libraries.
-cli_lines=$(git ls-files 'cli/src/*.rs' | while read -r f; do
-  awk '/^#\[cfg\(test\)\]/ { n = NR - 1; exit } { n = NR } END { print n }' "$f"
-done | awk '{ s += $1 } END { print s + 0 }')
+cli_lines=$(lines_before_tests 'cli/src/*.rs')
 if [ "$cli_lines" -gt 3000 ]; then
   echo "cli/src has $cli_lines lines before its tests (at most 3000)" >&2
   exit 1
