@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! use std::time::{Duration, Instant};
-//! use otel_ctx_reader::{Sampler, SamplerOptions};
+//! use otel_ctx_sampler::{Sampler, SamplerOptions};
 //!
 //! let mut sampler = Sampler::new(SamplerOptions::default())?; // eBPF if it can, else ptrace
 //! sampler.add_process(1234)?;
