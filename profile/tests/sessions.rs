@@ -8,10 +8,11 @@ mod fixture;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fixture::{build_routes, go, out_path, pprof, Fixture, ROUTES};
 use otel_ctx_profile::{FleetOptions, FleetProfiler, ProcessProfiler, SessionOptions};
+use otel_ctx_reader::procfs;
 use otel_ctx_sampler::{Method, SamplerOptions};
 
 /// `examples/profile_pid`, built next to the test binaries' directory.
@@ -161,6 +162,13 @@ fn an_idle_process_is_said_and_its_durations_agree() {
         }
     }
     let sleeper = Kill(child);
+    // Its start (the loader, `sleep`'s own set-up) is done before the window opens.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid = sleeper.0.id();
+    while procfs::task_stat(pid, pid).is_none_or(|s| s.is_running()) {
+        assert!(Instant::now() < deadline, "sleep still runs after 10 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let sampler = SamplerOptions::default().with_method(Some(Method::Ptrace));
     let options = SessionOptions::default().with_sampler(sampler);
     let mut session = ProcessProfiler::start(sleeper.0.id(), options).expect("a session");

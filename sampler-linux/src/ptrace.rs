@@ -35,8 +35,48 @@ pub(super) struct Rounds {
     stack: Option<StackBuffer>,
     /// Each thread's time on a CPU at the last round, by process and thread (a CPU
     /// profile, [`Threads::Running`]), and at this one.
-    cpu_before: HashMap<(u32, u32), u64>,
-    cpu_now: HashMap<(u32, u32), u64>,
+    cpu_before: HashMap<(u32, u32), CpuSeen>,
+    cpu_now: HashMap<(u32, u32), CpuSeen>,
+}
+
+/// The most of a thread's CPU time put down to its last sample (see [`CpuSeen::owed`]).
+const MAX_OWED_NS: u64 = 1_000_000;
+
+/// What a round saw of one thread's time on a CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct CpuSeen {
+    /// Nanoseconds on a CPU when the thread was last counted.
+    at: u64,
+    /// How much of the time since `at` the sample itself may have made the thread run:
+    /// stopping a sleeping thread wakes it, and so does resuming it. A thread that ran
+    /// no more than this since is not counted as running (its time is kept for the
+    /// next round that counts it): without this, one sample of an idle thread would
+    /// make it run, which makes the next round sample it again, and so on for as long
+    /// as the profile lasts.
+    owed: u64,
+}
+
+impl CpuSeen {
+    /// Notes in `seen` what sampling thread `tid` (just counted by
+    /// [`Rounds::cpu_weight`]) cost it, read once the thread is resumed.
+    fn sampled(seen: &mut HashMap<(u32, u32), CpuSeen>, pid: u32, tid: u32) {
+        let Some(seen) = seen.get_mut(&(pid, tid)) else {
+            return;
+        };
+        if let Some(after) = procfs::task_cpu_time(pid, tid) {
+            seen.owed = Self::owed_by_sample(seen.at, after);
+        }
+    }
+
+    /// The CPU time the sample of a thread cost the thread, from its time before the
+    /// sample and after it: three times the part measured (the stop, and more than
+    /// what resuming it took after the reading), at most [`MAX_OWED_NS`].
+    fn owed_by_sample(before: u64, after: u64) -> u64 {
+        after
+            .saturating_sub(before)
+            .saturating_mul(3)
+            .min(MAX_OWED_NS)
+    }
 }
 
 impl Rounds {
@@ -54,20 +94,40 @@ impl Rounds {
     }
 
     /// What a sample of thread `tid` stands for in a CPU profile: the time it spent on a
-    /// CPU since the last round (its scheduler's own accounting), `None` when it did not
-    /// run (or is seen for the first time: that round sets its baseline). A thread that
-    /// is runnable but waits for a CPU is not counted, nor is a thread's whole period
-    /// when it had half a CPU. Without scheduler statistics, a thread in state `R` stands
-    /// for one period (weight 0).
+    /// CPU since it was last counted (its scheduler's own accounting), `None` when it did
+    /// not run, or no more than its last sample made it run (or it is seen for the first
+    /// time: that round sets its baseline). A thread that is runnable but waits for a CPU
+    /// is not counted, nor is a thread's whole period when it had half a CPU. Without
+    /// scheduler statistics, a thread in state `R` stands for one period (weight 0).
     fn cpu_weight(&mut self, pid: u32, tid: u32) -> Option<u64> {
         let Some(now) = procfs::task_cpu_time(pid, tid) else {
             return procfs::task_stat(pid, tid)
                 .is_some_and(|s| s.is_running())
                 .then_some(0);
         };
-        self.cpu_now.insert((pid, tid), now);
-        let before = self.cpu_before.get(&(pid, tid))?;
-        now.checked_sub(*before).filter(|&ran| ran > 0)
+        let Some(&before) = self.cpu_before.get(&(pid, tid)) else {
+            self.cpu_now
+                .insert((pid, tid), CpuSeen { at: now, owed: 0 });
+            return None;
+        };
+        match now.checked_sub(before.at) {
+            Some(ran) if ran > before.owed => {
+                self.cpu_now
+                    .insert((pid, tid), CpuSeen { at: now, owed: 0 });
+                Some(ran)
+            }
+            // Idle, or running only for the last sample: counted later, from the same
+            // time (a counter that went back starts again from its new value).
+            Some(_) => {
+                self.cpu_now.insert((pid, tid), before);
+                None
+            }
+            None => {
+                self.cpu_now
+                    .insert((pid, tid), CpuSeen { at: now, owed: 0 });
+                None
+            }
+        }
     }
 
     /// The interval after a round: uniform between half and one and a half periods.
@@ -175,6 +235,9 @@ impl Rounds {
                     Ok((registers, context)) => (registers, Ok(context)),
                     Err(e) => (None, Err(e)),
                 };
+                if weight_ns > 0 {
+                    CpuSeen::sampled(&mut self.cpu_now, pid, tid);
+                }
                 let stack = match (&registers, &self.stack) {
                     (Some(_), Some(stack)) => stack.bytes(),
                     _ => &[],

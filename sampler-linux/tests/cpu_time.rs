@@ -2,10 +2,13 @@
 //! processes than it has CPUs, a target that gets only part of a CPU is sampled for the
 //! time its scheduler says it ran, by ptrace rounds (each sample weighted by the thread's
 //! own CPU time since the last round) and by the BPF program (a CPU-clock tick is one
-//! period of CPU time), within 25% of the kernel's accounting for the same window. Root
-//! only (ptrace, BPF).
+//! period of CPU time), within 25% of the kernel's accounting for the same window. A
+//! thread that stops running stops being sampled, though stopping it for a sample makes
+//! it run a little. Root only (ptrace, BPF).
 
 use std::time::{Duration, Instant};
+
+use rustix::process::{kill_process, Pid, Signal};
 
 use otel_ctx_reader::procfs;
 use otel_ctx_sampler::{Following, Method, Sampler, SamplerOptions};
@@ -74,4 +77,59 @@ fn ptrace_counts_cpu_time_as_the_kernel_does() {
 #[test]
 fn ebpf_counts_cpu_time_as_the_kernel_does() {
     agrees(Method::Ebpf);
+}
+
+/// The target's samples and their weight over `window`, by ptrace.
+fn ptrace_samples(sampler: &mut Sampler, pid: u32, window: Duration) -> (u32, u64) {
+    let (mut samples, mut weight_ns) = (0, 0);
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        sampler
+            .step(Duration::from_millis(50), |s| {
+                if s.pid == pid {
+                    samples += 1;
+                    weight_ns += s.weight_ns;
+                }
+                false
+            })
+            .expect("a step");
+    }
+    (samples, weight_ns)
+}
+
+/// Stopping a sleeping thread for a sample wakes it, and resuming it does again: the next
+/// round must not take that for the thread's own work, or one sample of an idle thread
+/// would lead to the next for the rest of the profile.
+#[test]
+fn a_thread_that_stops_running_is_not_sampled_after() {
+    // A shell that spins until SIGUSR1, then sleeps in `wait` for its `sleep`.
+    let target = Spinner::script("trap 'sleep 60' USR1; while :; do :; done");
+    let pid = target.id();
+    let options = SamplerOptions::default()
+        .with_method(Some(Method::Ptrace))
+        .with_frequency_hz(HZ)
+        .with_stack_size(4096);
+    let mut sampler = Sampler::new(options).expect("a sampler");
+    sampler.add_process(pid).expect("follow the shell");
+    let (busy, _) = ptrace_samples(&mut sampler, pid, Duration::from_millis(500));
+    assert!(busy > 10, "{busy} samples of a spinning shell in 0.5 s");
+    let raw = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .expect("a pid");
+    kill_process(raw, Signal::USR1).expect("signal the shell");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while procfs::task_stat(pid, pid).is_some_and(|s| s.is_running()) {
+        assert!(
+            Instant::now() < deadline,
+            "the shell still spins after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The round after the shell stopped spinning may still count its last moments.
+    let (idle, weight_ns) = ptrace_samples(&mut sampler, pid, Duration::from_secs(1));
+    assert!(
+        idle <= 3,
+        "{idle} samples ({weight_ns} ns) of a shell asleep for 1 s at {HZ} Hz"
+    );
 }

@@ -11,8 +11,13 @@ pub struct Spinner(Child);
 impl Spinner {
     /// Starts `sh -c 'while :; do :; done'` with no input and no output.
     pub fn start() -> Self {
+        Self::script("while :; do :; done")
+    }
+
+    /// Starts `sh -c <script>` with no input and no output.
+    pub fn script(script: &str) -> Self {
         let child = Command::new("sh")
-            .args(["-c", "while :; do :; done"])
+            .args(["-c", script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
