@@ -145,7 +145,8 @@ impl PythonTable {
     }
 
     /// Splices `frames` (newest first) into `native` (leaf first), naming new frames
-    /// through `names`: see [`splice`].
+    /// through `names`: see [`splice`]. `interpreter` says whether a mapping is the
+    /// interpreter's module ([`ProfileOptions::interpreter_frames`]).
     pub fn splice(
         &mut self,
         native: &mut Vec<StackFrame>,
@@ -153,8 +154,11 @@ impl PythonTable {
         frames: &[PythonFrame],
         names: &PythonNames<'_>,
         options: &ProfileOptions,
+        interpreter: &dyn Fn(u32) -> bool,
     ) {
         let (keep_native, lines) = (options.native, options.lines);
+        let keep_all = options.interpreter_frames;
+        let internal = |frame: &StackFrame| !keep_all && interpreter(frame.mapping);
         let eval = names.eval_range();
         if frames.iter().all(PythonFrame::is_shim) {
             return;
@@ -169,7 +173,7 @@ impl PythonTable {
         let spliced = splice(
             &native_frames,
             frames,
-            keep_native,
+            (keep_native, &internal),
             &mut out,
             &mut |frame| self.intern(frame, names, lines),
         );
@@ -215,12 +219,13 @@ impl Native<'_> {
 /// `_PyEval_EvalFrameDefault` runs (up to an entry frame, or a shim); the native frame of
 /// that call is replaced by its run. Runs whose call is not found (an unwinding that
 /// stopped short, a build whose evaluation loop has no symbol) go at the root end. With
-/// `keep_native` false the Python frames alone remain. `intern` gives a frame's index
-/// (`None`: left out). Returns the number of Python frames put in.
+/// `keep_native` false the Python frames alone remain; native frames that are the
+/// interpreter's own work (`internal`) are left out above the outermost run. `intern`
+/// gives a frame's index (`None`: left out). Returns the number of Python frames put in.
 fn splice(
     native: &Native<'_>,
     frames: &[PythonFrame],
-    keep_native: bool,
+    (keep_native, internal): (bool, &dyn Fn(&StackFrame) -> bool),
     out: &mut Vec<StackFrame>,
     intern: &mut dyn FnMut(&PythonFrame) -> Option<u32>,
 ) -> usize {
@@ -257,16 +262,27 @@ fn splice(
             }
         }
     };
+    // Without shims (3.11), a call of the evaluation loop that has not linked its run yet
+    // (its prologue) or has unlinked it already (its epilogue) is the newest one: with
+    // one more call on the native stack than runs, the leaf-most keeps its native frame
+    // and each run goes to its own call.
+    let mut between = runs.iter().all(|run| run.2.is_none())
+        && (0..native.frames.len())
+            .filter(|&n| native.evaluates(n, None))
+            .count()
+            == runs.len() + 1;
     let mut next = 0;
     for (n, &frame) in native.frames.iter().enumerate() {
         if let Some(&run) = runs.get(next) {
-            if native.evaluates(n, run.2) {
+            if between && native.evaluates(n, None) {
+                between = false;
+            } else if native.evaluates(n, run.2) {
                 put(out, run);
                 next += 1;
                 continue;
             }
         }
-        if keep_native {
+        if keep_native && (next >= runs.len() || !internal(&frame)) {
             out.push(frame);
         }
     }
@@ -279,6 +295,10 @@ fn splice(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every native frame kept, or none.
+    const KEEP: (bool, &dyn Fn(&StackFrame) -> bool) = (true, &|_| false);
+    const PYTHON_ONLY: (bool, &dyn Fn(&StackFrame) -> bool) = (false, &|_| false);
 
     fn native(address: u64) -> StackFrame {
         StackFrame {
@@ -343,24 +363,43 @@ mod tests {
         // Interned as their code; code 9 is a frame that had not started.
         let mut intern = |f: &PythonFrame| (f.code != 9).then_some(f.code as u32);
         let mut out = Vec::new();
-        let n = splice(&by_eval(&stack), &frames, true, &mut out, &mut intern);
+        let n = splice(&by_eval(&stack), &frames, KEEP, &mut out, &mut intern);
         assert_eq!(n, 3);
         assert_eq!(
             shown(&out),
             ["0x901", "py2", "py1", "0x701", "py0", "0x101"]
         );
         // Python only.
-        splice(&by_eval(&stack), &frames, false, &mut out, &mut intern);
+        splice(
+            &by_eval(&stack),
+            &frames,
+            PYTHON_ONLY,
+            &mut out,
+            &mut intern,
+        );
         assert_eq!(shown(&out), ["py2", "py1", "py0"]);
         // An unwinding that stopped after the first evaluation frame: the older run
         // goes at the root end.
-        splice(&by_eval(&stack[..2]), &frames, true, &mut out, &mut intern);
+        splice(&by_eval(&stack[..2]), &frames, KEEP, &mut out, &mut intern);
         assert_eq!(shown(&out), ["0x901", "py2", "py1", "py0"]);
-        // A frame left out (not started) keeps its run's entry; more evaluation frames
-        // than runs: the extra ones stay native.
-        let started = [python(9, false), python(1, true)];
-        splice(&by_eval(&stack), &started, true, &mut out, &mut intern);
-        assert_eq!(shown(&out), ["0x901", "py1", "0x701", "0x521", "0x101"]);
+        // A frame left out (not started) keeps its run's entry.
+        let started = [python(9, false), python(1, true), python(0, true)];
+        splice(&by_eval(&stack), &started, KEEP, &mut out, &mut intern);
+        assert_eq!(shown(&out), ["0x901", "py1", "0x701", "py0", "0x101"]);
+        // One evaluation frame more than runs: the newest call has not linked its run
+        // yet (a generator expression or a callback from C just called, its prologue)
+        // or has unlinked it (its epilogue). It stays native, and the run is its
+        // caller's.
+        let calling = [python(1, false), python(0, true)];
+        splice(&by_eval(&stack), &calling, KEEP, &mut out, &mut intern);
+        assert_eq!(
+            shown(&out),
+            ["0x901", "0x511", "0x701", "py1", "py0", "0x101"]
+        );
+        // Two more: not that; the runs go to the leaf-most calls.
+        let three = [native(0x501), native(0x511), native(0x521), native(0x101)];
+        splice(&by_eval(&three), &calling, KEEP, &mut out, &mut intern);
+        assert_eq!(shown(&out), ["py1", "py0", "0x511", "0x521", "0x101"]);
 
         // 3.12 on: each run ends at the shim its call keeps in its own stack frame,
         // whatever the evaluation loop's symbol (here none). Stack pointers: frame n's
@@ -378,17 +417,55 @@ mod tests {
             sps: &sps,
             eval: None,
         };
-        splice(&by_shim, &shims, true, &mut out, &mut intern);
+        splice(&by_shim, &shims, KEEP, &mut out, &mut intern);
         assert_eq!(
             shown(&out),
             ["0x901", "py2", "py1", "0x701", "py0", "0x101"]
         );
         // A shim in no frame's stack: its run goes at the root end.
         let lost = [python(2, true), shim(0x10)];
-        splice(&by_shim, &lost, true, &mut out, &mut intern);
+        splice(&by_shim, &lost, KEEP, &mut out, &mut intern);
         assert_eq!(
             shown(&out),
             ["0x901", "0x511", "0x701", "0x521", "0x101", "py2"]
+        );
+    }
+
+    #[test]
+    fn the_interpreters_own_frames_count_in_their_python_caller() {
+        // Leaf first: malloc in libc (mapping 0), PyObject_Malloc and list_sort in the
+        // interpreter (mapping 1), the evaluation loop running py1 (entry), the
+        // interpreter's PyEval_EvalCode, then main in the interpreter and the start in
+        // libc.
+        let interpreter = |address: u64| StackFrame {
+            mapping: 1,
+            ..native(address)
+        };
+        let stack = [
+            native(0x901),
+            interpreter(0x301),
+            interpreter(0x311),
+            interpreter(0x511),
+            interpreter(0x321),
+            interpreter(0x331),
+            native(0x101),
+        ];
+        let frames = [python(1, true)];
+        let by_eval = Native {
+            frames: &stack,
+            sps: &[],
+            eval: Some(0x500..0x600),
+        };
+        let mut intern = |f: &PythonFrame| Some(f.code as u32);
+        let mut out = Vec::new();
+        let internal = |f: &StackFrame| f.mapping == 1;
+        splice(&by_eval, &frames, (true, &internal), &mut out, &mut intern);
+        assert_eq!(shown(&out), ["0x901", "py1", "0x321", "0x331", "0x101"]);
+        // Kept on request.
+        splice(&by_eval, &frames, KEEP, &mut out, &mut intern);
+        assert_eq!(
+            shown(&out),
+            ["0x901", "0x301", "0x311", "py1", "0x321", "0x331", "0x101"]
         );
     }
 }
