@@ -333,8 +333,14 @@ impl Profiler {
                 ..
             }) => {
                 let sps = self.walker.stack_pointers();
+                let mappings = &self.mappings;
+                let interpreter = |mapping: u32| {
+                    mappings
+                        .get(mapping as usize)
+                        .is_some_and(|m| m.path == names.module())
+                };
                 self.python
-                    .splice(&mut stack, sps, frames, names, &self.options);
+                    .splice(&mut stack, sps, frames, names, &self.options, &interpreter);
             }
             Some(PythonSample { frames: Err(e), .. }) => self.python.failed(e),
             None => {}

@@ -102,6 +102,13 @@ pub struct ProfileOptions {
     /// Keep the native frames of samples with Python frames. Default `true`; `false`
     /// shows their Python frames alone, as py-spy does by default.
     pub native: bool,
+    /// With [`native`](Self::native), keep also the interpreter's own native frames
+    /// above a sample's outermost Python frame: the C functions of CPython (its
+    /// executable or `libpython`) that do a Python frame's work, as `list_sort` under
+    /// `sorted()` or `PyObject_Malloc`. Default `false`: their time is their Python
+    /// caller's, as py-spy's `--native` shows it; native frames of every other module (C
+    /// extensions, libc) and those below the Python frames (the thread's start) stay.
+    pub interpreter_frames: bool,
     /// What reading one module may cost (bytes and time). Default: the reader's
     /// [`FileBudget::default`] (64 MiB, 1 s).
     pub module_budget: FileBudget,
@@ -123,6 +130,7 @@ impl Default for ProfileOptions {
             debug_info: true,
             lines: false,
             native: true,
+            interpreter_frames: false,
             module_budget: FileBudget::default(),
             period_ns: DEFAULT_PERIOD_NS,
             limits: Limits::default(),
@@ -171,6 +179,13 @@ impl ProfileOptions {
     #[must_use]
     pub fn with_native(mut self, native: bool) -> Self {
         self.native = native;
+        self
+    }
+
+    /// Sets [`interpreter_frames`](Self::interpreter_frames).
+    #[must_use]
+    pub fn with_interpreter_frames(mut self, keep: bool) -> Self {
+        self.interpreter_frames = keep;
         self
     }
 

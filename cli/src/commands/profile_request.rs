@@ -67,6 +67,10 @@ pub struct Request {
     /// frames alone, as py-spy shows them).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub native: bool,
+    /// Keep also CPython's own C functions above a sample's Python frames (as
+    /// `list_sort` under `sorted()`), which otherwise count in their Python caller.
+    #[arg(long)]
+    pub interpreter_frames: bool,
     /// Bytes of each sample's stack to copy for unwinding (a size past the sampler's
     /// limit is refused, with the limit).
     #[arg(long, default_value_t = DEFAULT_STACK_SIZE, value_parser = stack_size)]
@@ -125,6 +129,7 @@ impl Request {
         let profile = ProfileOptions::default()
             .with_lines(self.lines)
             .with_native(self.native)
+            .with_interpreter_frames(self.interpreter_frames)
             .with_filter(filter);
         SessionOptions::default()
             .with_sampler(sampler)

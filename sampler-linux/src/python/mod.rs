@@ -272,6 +272,7 @@ impl PythonProcess {
             codes: &self.codes,
             failed: &self.failed,
             eval: self.eval.clone(),
+            module: &self.module,
         }
     }
 
@@ -295,9 +296,16 @@ pub struct PythonNames<'a> {
     codes: &'a CodeCache,
     failed: &'a [(u64, u64, PythonError)],
     eval: Option<Range<u64>>,
+    module: &'a str,
 }
 
 impl PythonNames<'_> {
+    /// The module that holds the interpreter (the executable, or `libpython3.X.so`):
+    /// its native frames are the interpreter's own work.
+    pub const fn module(&self) -> &str {
+        self.module
+    }
+
     /// The names of `frame` (one of the frames named): its code object's, and its line.
     /// [`PythonError::Incomplete`] for a frame that had not started.
     pub fn frame_info(&self, frame: &PythonFrame) -> Result<FrameInfo, PythonError> {
