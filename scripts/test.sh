@@ -251,7 +251,7 @@ run_tests cargo test -p otel-ctx-sampler --features ebpf --lib --test ebpf_matri
 # scripts/build-static.sh (musl, with the eBPF sampler), built by that script (an
 # unoptimized release build: see the test).
 run_tests cargo test -p otel-ctx --features ebpf,demo --bin otel-ctx --test watch_ebpf --test profile_cli --test fleet_otlp \
-  --test python_profile --test python_hostile \
+  --test python_profile --test python_module_level --test python_hostile \
   --test symbols_cli --test perf_maps_cli --test profile_outputs --test readme_recipe --test static_binary
 
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
