@@ -208,14 +208,16 @@ pub fn wait_with_output(mut child: Child, what: &str, within: Duration) -> Outpu
     }
     let _ = child.kill();
     let _ = child.wait();
+    let secs = within.as_secs_f32();
     let how = if status.is_some() {
-        "exited but its output stayed open (a child of its own?)"
+        format!(
+            "exited, but its output was still open after {secs} s (held by a child of its own?)"
+        )
     } else {
-        "did not exit; killed it"
+        format!("did not exit within {secs} s; killed it")
     };
     panic!(
-        "{what} {how} within {} s; its stdout: {:?}; its stderr: {:?}",
-        within.as_secs_f32(),
+        "{what} {how}; its stdout: {:?}; its stderr: {:?}",
         stdout.text(),
         stderr.text()
     )
