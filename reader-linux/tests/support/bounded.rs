@@ -19,12 +19,12 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 pub const GRACE: Duration = Duration::from_secs(5);
 
 /// A child's output read line by line on a thread of its own, so that each awaited line
-/// has a deadline. It keeps what it received, for the message of a deadline that passes.
+/// has a deadline. It keeps what it received, for the message of a deadline that passes
+/// (a child's stderr is left to the test's own, where it shows).
 pub struct Lines {
     label: String,
     receiver: Receiver<String>,
     seen: Vec<String>,
-    stderr: Option<Captured>,
 }
 
 impl Lines {
@@ -47,15 +47,7 @@ impl Lines {
             label: label.into(),
             receiver,
             seen: Vec::new(),
-            stderr: None,
         }
-    }
-
-    /// Also reads the child's `stderr`, to show it when a deadline passes.
-    #[must_use]
-    pub fn with_stderr(mut self, stderr: impl Read + Send + 'static) -> Self {
-        self.stderr = Some(Captured::new(Some(stderr)));
-        self
     }
 
     /// The next line, without its newline, waiting at most `within`; `None` when the
@@ -108,13 +100,8 @@ impl Lines {
     }
 
     fn fail(&self, what: &str, within: Duration, how: &str) -> ! {
-        let stderr = self
-            .stderr
-            .as_ref()
-            .map(|s| format!("; its stderr: {:?}", s.text()))
-            .unwrap_or_default();
         panic!(
-            "{} {how} {what} within {} s; it printed {:?}{stderr}",
+            "{} {how} {what} within {} s; it printed {:?}",
             self.label,
             within.as_secs_f32(),
             self.seen
