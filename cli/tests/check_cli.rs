@@ -15,7 +15,7 @@ use serde_json::Value;
 
 mod support;
 
-use support::{helper, run, text};
+use support::{bounded, helper, run, text};
 
 /// The libdatadog helper, linked so that `otel_thread_ctx_v1` is in its `.dynsym` (a
 /// Rust executable exports nothing there unless asked), into a copy of its own.
@@ -389,11 +389,13 @@ fn on_a_terminal_the_wait_is_said() {
         "{} check --wait 2s --observe 0 -- sleep 30",
         support::otel_ctx().display()
     );
-    let out = Command::new("script")
-        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run script (util-linux)");
+    let out = bounded::output(
+        Command::new("script")
+            .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+            .stdin(Stdio::null()),
+        bounded::DEADLINE,
+    )
+    .expect("run script (util-linux)");
     // `sleep` publishes nothing: pc.found fails, exit status 1.
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let screen = text(&out.stdout);

@@ -21,7 +21,7 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/chec
 
 mod support;
 
-use support::otel_ctx;
+use support::{bounded, otel_ctx};
 
 /// The fixture's build variants: where `otel_thread_ctx_v1` comes from.
 #[derive(Clone, Copy, Debug)]
@@ -141,7 +141,8 @@ fn check(build: Build, args: &[&str]) -> (Value, i32) {
 
 /// [`check`], with environment variables for the checker and the fixture it starts.
 fn check_with_env(build: Build, args: &[&str], env: &[(&str, &str)]) -> (Value, i32) {
-    let out = Command::new(otel_ctx())
+    let mut command = Command::new(otel_ctx());
+    command
         .envs(env.iter().copied())
         .args([
             "check",
@@ -153,10 +154,8 @@ fn check_with_env(build: Build, args: &[&str], env: &[(&str, &str)]) -> (Value, 
             "--",
         ])
         .arg(executable(build))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run otel-ctx check");
+        .args(args);
+    let out = bounded::output(&mut command, bounded::DEADLINE).expect("run otel-ctx check");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!(
@@ -651,12 +650,9 @@ fn a_process_whose_main_thread_exited_is_read_through_a_live_thread() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the writer");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
-        &mut line,
-    )
-    .expect("ready");
+    let stdout = child.stdout.take().expect("stdout");
+    let line =
+        bounded::Lines::new("the TLSDESC writer", stdout).line("its `ready`", bounded::DEADLINE);
     assert_eq!(line.trim(), "ready");
     let pid = child.id();
     // `ready` comes just before pthread_exit.
@@ -666,12 +662,15 @@ fn a_process_whose_main_thread_exited_is_read_through_a_live_thread() {
         std::thread::sleep(std::time::Duration::from_millis(5));
         maps = std::fs::read(format!("/proc/{pid}/maps")).expect("maps");
     }
-    let out = Command::new(otel_ctx())
-        .args(["show", "--json", &pid.to_string()])
-        .output()
-        .expect("run otel-ctx show");
+    let mut show = Command::new(otel_ctx());
+    show.args(["show", "--json", &pid.to_string()]);
+    let out = bounded::output(&mut show, bounded::DEADLINE).expect("run otel-ctx show");
     drop(child.stdin.take());
-    let _ = child.wait();
+    bounded::wait(
+        &mut child,
+        "the writer, its stdin closed,",
+        bounded::DEADLINE,
+    );
     assert!(maps.is_empty(), "the main thread has not exited yet");
     assert_eq!(
         out.status.code(),

@@ -1,7 +1,6 @@
 //! The `otel-ctx` tool against live processes: `ps`, `show`, their JSON, `demo`, and the
 //! exit statuses.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -12,7 +11,7 @@ use serde_json::{json, Value};
 
 mod support;
 
-use support::{otel_ctx, run, text, DemoService, DEMO_ROUTES};
+use support::{bounded, otel_ctx, run, text, DemoService, DEMO_ROUTES};
 
 /// The `otel-ctx-publish` helper, built once.
 fn publish_helper() -> &'static Path {
@@ -31,10 +30,9 @@ impl Publisher {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let line = bounded::Lines::new("otel-ctx-publish serve", stdout)
+            .line("its `ready`", bounded::DEADLINE);
         assert_eq!(line.trim(), "ready");
         Self(child)
     }
@@ -272,7 +270,7 @@ fn a_process_that_cannot_be_read_exits_2() {
         std::thread::sleep(std::time::Duration::from_millis(20));
         out = run(&["show", &pid]);
     }
-    child.wait().unwrap();
+    bounded::wait(&mut child, "true", bounded::DEADLINE);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains(&format!("process {pid} has exited")),
@@ -300,7 +298,8 @@ fn a_closed_output_pipe_ends_quietly() {
             .spawn()
             .unwrap();
         drop(child.stdout.take());
-        let out = child.wait_with_output().unwrap();
+        let out =
+            bounded::wait_with_output(child, &format!("otel-ctx {args:?}"), bounded::DEADLINE);
         let stderr = text(&out.stderr);
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
@@ -368,13 +367,9 @@ fn ps_counts_the_processes_it_may_not_read_and_lists_them_with_v() {
     }
     let (dir, tool) = copy_for_every_user("ps");
     let ps = |extra: &[&str]| {
-        Command::new(&tool)
-            .arg("ps")
-            .args(extra)
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .expect("run otel-ctx ps as uid 65534")
+        let mut command = Command::new(&tool);
+        command.arg("ps").args(extra).uid(65534).gid(65534);
+        bounded::output(&mut command, bounded::DEADLINE).expect("run otel-ctx ps as uid 65534")
     };
     let (quiet, verbose) = (ps(&[]), ps(&["-v"]));
     let _ = std::fs::remove_dir_all(&dir);
@@ -420,11 +415,12 @@ fn permission_denied_names_what_is_needed() {
     }
     let (dir, tool) = copy_for_every_user("show");
     let publisher = Publisher::start();
-    let out = Command::new(&tool)
+    let mut command = Command::new(&tool);
+    command
         .args(["show", &publisher.pid().to_string()])
         .uid(65534)
-        .gid(65534)
-        .output();
+        .gid(65534);
+    let out = bounded::output(&mut command, bounded::DEADLINE);
     let _ = std::fs::remove_dir_all(&dir);
     let out = out.expect("run otel-ctx as uid 65534");
     let stderr = text(&out.stderr);
@@ -503,11 +499,16 @@ fn a_second_reader_beside_the_demo_waits_for_its_sampler() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(demo.stderr.take().unwrap()).lines();
-    let service_pid = lines
-        .find_map(|l| {
-            l.ok()?
-                .strip_prefix("demo service started: pid ")?
+    // Read to its end on a thread of its own: the demo never waits for a full pipe.
+    let mut stderr = bounded::Lines::new("otel-ctx demo", demo.stderr.take().unwrap());
+    let started = "demo service started: pid ";
+    let said = stderr.until("its service's pid", bounded::DEADLINE, |l| {
+        l.starts_with(started)
+    });
+    let service_pid = said
+        .last()
+        .and_then(|l| {
+            l.strip_prefix(started)?
                 .split(';')
                 .next()?
                 .parse::<u32>()
@@ -530,7 +531,8 @@ fn a_second_reader_beside_the_demo_waits_for_its_sampler() {
             assert!(line.contains("another tracer"), "{line}");
         }
     }
-    let _ = demo.wait();
+    // It samples for 4 s.
+    bounded::wait(&mut demo, "otel-ctx demo", bounded::DEADLINE);
 }
 
 /// The default build is a reader only: `demo` says how to get it, and the tool exports no

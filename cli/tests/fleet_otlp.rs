@@ -19,7 +19,7 @@ mod support;
 mod fixture;
 
 use fixture::{build_routes, Fixture, ROUTES};
-use support::{number_before, otel_ctx, KillOnDrop};
+use support::{bounded, number_before, otel_ctx, KillOnDrop};
 
 /// The fixture's threads spin on both CPUs: one test at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -78,12 +78,14 @@ fn python_path() -> String {
 /// profile.
 fn decode(dir: &Path) -> Vec<serde_json::Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/otlp/decode.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(dir)
-        .env("PYTHONPATH", python_path())
-        .output()
-        .expect("run python3");
+    let out = bounded::output(
+        Command::new("python3")
+            .arg(script)
+            .arg(dir)
+            .env("PYTHONPATH", python_path()),
+        bounded::DEADLINE,
+    )
+    .expect("run python3");
     assert!(
         out.status.success(),
         "the Python decoder refused a request:\n{}",
@@ -286,10 +288,9 @@ fn every_publisher_to_a_collector() {
         .spawn()
         .expect("start the libdd publisher");
     let mut libdd = KillOnDrop(libdd);
-    let mut line = String::new();
-    BufReader::new(libdd.0.stdout.as_mut().expect("piped"))
-        .read_line(&mut line)
-        .expect("its ready line");
+    let stdout = libdd.0.stdout.take().expect("piped");
+    let line = bounded::Lines::new("otel-ctx-libdd-publish", stdout)
+        .line("its `ready`", bounded::DEADLINE);
     assert_eq!(line.trim(), "ready");
 
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -397,7 +398,11 @@ fn every_publisher_to_a_collector() {
     assert!(stderr.contains("otlp to http://"), "{stderr}");
     assert!(stderr.contains(" 0 dropped"), "{stderr}");
     drop(libdd.0.stdin.take());
-    let _ = libdd.0.wait();
+    bounded::wait(
+        &mut libdd.0,
+        "otel-ctx-libdd-publish, its stdin closed,",
+        bounded::DEADLINE,
+    );
 }
 
 /// `peak 7.9 KiB` in the summary, in bytes.

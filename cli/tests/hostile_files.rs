@@ -5,14 +5,13 @@
 //! 2 s, read the threads' contexts through the other modules, and say which module they
 //! skipped and why. (Root, as the reader runs on hosts; ptrace and chroot.)
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod support;
 
-use support::{helper, otel_ctx, text};
+use support::{bounded, helper, otel_ctx, text};
 
 /// What each command may take, at most.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -33,10 +32,9 @@ impl Hostile {
             .stdout(Stdio::piped())
             .spawn()
             .expect("start otel-ctx-hostile");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read its first line");
+        let stdout = child.stdout.take().expect("stdout");
+        let line = bounded::Lines::new(format!("otel-ctx-hostile {mode}"), stdout)
+            .line("its `ready <module>`", bounded::DEADLINE);
         let module = line
             .trim()
             .strip_prefix("ready ")
@@ -61,7 +59,6 @@ impl Drop for Hostile {
 /// Runs `program args` and waits at most [`LIMIT`]: a command that takes longer is
 /// killed and the test fails.
 fn run_within(program: &Path, prefix: &[&str], args: &[&str]) -> Output {
-    let started = Instant::now();
     let mut command = if prefix.is_empty() {
         Command::new(program)
     } else {
@@ -69,41 +66,7 @@ fn run_within(program: &Path, prefix: &[&str], args: &[&str]) -> Output {
         c.args(&prefix[1..]).arg(program);
         c
     };
-    let mut child = command
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run otel-ctx");
-    // Drained as it runs, so that a full pipe cannot stall it.
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let out = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = stdout.read_to_end(&mut buf);
-        buf
-    });
-    let err = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = stderr.read_to_end(&mut buf);
-        buf
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if started.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("otel-ctx {args:?} took more than {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: out.join().expect("stdout"),
-        stderr: err.join().expect("stderr"),
-    }
+    bounded::output(command.args(args), LIMIT).expect("run otel-ctx")
 }
 
 /// `show`, `check` and `watch` on the target: each within the limit, each reading both

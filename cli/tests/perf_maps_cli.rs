@@ -11,13 +11,12 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use support::{run, text};
+use support::{bounded, run, text};
 
 /// The tests take turns: each service keeps a core busy.
 static TURNS: Mutex<()> = Mutex::new(());
@@ -60,10 +59,9 @@ impl Service {
             .spawn()
             .expect("start the service");
         let stdin = child.stdin.take();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped stdout"))
-            .read_line(&mut line)
-            .expect("read the ready line");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let line = bounded::Lines::new(format!("{command:?}"), stdout)
+            .line("its `ready <pid>`", bounded::DEADLINE);
         let pid = line
             .strip_prefix("ready ")
             .and_then(|p| p.trim().parse().ok())
@@ -220,10 +218,13 @@ fn java_service_named_by_its_perf_map() {
     // The JVM writes its map when asked: once the hot methods are compiled, they are in it.
     let pid = service.pid.to_string();
     let write_map = || {
-        let _ = Command::new("jcmd")
+        let jcmd = Command::new("jcmd")
             .args([pid.as_str(), "Compiler.perfmap"])
             .stdout(Stdio::null())
-            .status();
+            .spawn();
+        if let Ok(mut jcmd) = jcmd {
+            bounded::wait(&mut jcmd, "jcmd Compiler.perfmap", bounded::DEADLINE);
+        }
     };
     service.wait_for_map("HotService.fibonacciHotPath", write_map);
     // C2 may inline handleRequestLoop into the worker's lambda: either names the caller.

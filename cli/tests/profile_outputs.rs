@@ -15,7 +15,7 @@ mod support;
 mod fixture;
 
 use fixture::{build_routes, Fixture};
-use support::{otel_ctx, run, text, KillOnDrop};
+use support::{bounded, otel_ctx, run, text, KillOnDrop};
 
 /// The fixtures' threads spin on both CPUs, and `--all` samples every publisher: one test
 /// at a time.
@@ -32,14 +32,11 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Runs `otel-ctx <args>` in `dir`.
+/// Runs `otel-ctx <args>` in `dir`, for at most [`bounded::DEADLINE`].
 fn run_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(otel_ctx())
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run otel-ctx")
+    let mut command = Command::new(otel_ctx());
+    command.args(args).current_dir(dir);
+    bounded::output(&mut command, bounded::DEADLINE).expect("run otel-ctx")
 }
 
 fn succeeded(out: &Output) -> String {
@@ -252,7 +249,12 @@ mod all {
         }
         std::thread::sleep(Duration::from_secs(2));
         signal(libc::SIGTERM);
-        let out = tool.wait_with_output().expect("wait for otel-ctx");
+        // It writes a profile per process, then exits.
+        let out = bounded::wait_with_output(
+            tool,
+            "otel-ctx profile --all, after SIGTERM,",
+            bounded::DEADLINE,
+        );
         let stderr = std::fs::read_to_string(&log).expect("the log");
         assert!(out.status.success(), "{stderr}");
         assert!(out.stdout.is_empty(), "{}", text(&out.stdout));

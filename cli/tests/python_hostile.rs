@@ -5,7 +5,6 @@
 //! summary counts the reason it has no Python frames, and each profile ends within its
 //! bound. Root (ptrace, BPF) and gcc.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{read_folded, run, scratch, text};
+use support::{bounded, read_folded, run, scratch, text};
 
 /// The fixture, built once with gcc (its symbols exported, as an interpreter's are).
 fn fixture() -> &'static PathBuf {
@@ -51,10 +50,9 @@ fn start(mode: &str) -> Fake {
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the fixture");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .expect("its ready line");
+    let stdout = child.stdout.take().expect("piped");
+    let line = bounded::Lines::new(format!("fake_python {mode}"), stdout)
+        .line("its `ready`", bounded::DEADLINE);
     assert!(line.starts_with("ready"), "{mode}: {line:?}");
     let pid = child.id();
     Fake(child, pid)

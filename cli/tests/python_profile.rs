@@ -22,7 +22,7 @@ mod fixture;
 mod python_support;
 
 use python_support::{shows_chain, start, targets_dir, Publisher, PythonTarget, Runtime};
-use support::{read_folded, run, text};
+use support::{bounded, read_folded, run, text};
 
 /// A frame's function, without the ` (file:line)` py-spy adds.
 fn function(frame: &str) -> &str {
@@ -170,7 +170,8 @@ fn py_spy_start(target: &PythonTarget, out: &Path) -> std::process::Child {
 /// What py-spy saw: the workers' samples (those in serve), the leaf share, and the
 /// leaf's lines, from its raw (folded) output.
 fn py_spy_finish(child: std::process::Child, out: &Path) -> (u64, f64, BTreeMap<u32, u64>) {
-    let ended = child.wait_with_output().expect("py-spy");
+    // It records for 3 s.
+    let ended = bounded::wait_with_output(child, "py-spy record", bounded::DEADLINE);
     assert!(ended.status.success(), "py-spy: {}", text(&ended.stderr));
     let (mut workers, mut leaf) = (0, 0);
     let mut lines = BTreeMap::new();

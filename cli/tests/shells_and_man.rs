@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 
 mod support;
 
-use support::{otel_ctx, text};
+use support::{bounded, otel_ctx, text};
 
 /// The README's install block: the one that runs `otel-ctx completions bash`.
 fn install_steps() -> String {
@@ -50,14 +50,16 @@ fn in_home(home: &Path, program: &str, args: &[&str]) -> Output {
         home.join(".cargo/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    Command::new(program)
-        .args(args)
-        .env_clear()
-        .env("HOME", home)
-        .env("PATH", path)
-        .env("LANG", "C.UTF-8")
-        .output()
-        .unwrap_or_else(|e| panic!("run {program}: {e}"))
+    bounded::output(
+        Command::new(program)
+            .args(args)
+            .env_clear()
+            .env("HOME", home)
+            .env("PATH", path)
+            .env("LANG", "C.UTF-8"),
+        bounded::DEADLINE,
+    )
+    .unwrap_or_else(|e| panic!("run {program}: {e}"))
 }
 
 /// Shell lines that print what bash-completion offers for `words` (the last one being

@@ -17,7 +17,7 @@ mod support;
 mod fixture;
 
 use fixture::{build_routes, Fixture, ROUTES};
-use support::text;
+use support::{bounded, text};
 
 /// Runs `bash scripts/build-static.sh`; the executable it names on its last line.
 fn build_static() -> PathBuf {
@@ -51,13 +51,15 @@ fn by_route(folded: &str) -> BTreeMap<String, (u64, bool)> {
 
 fn profile(tool: &Path, pid: u32, dir: &Path, name: &str, extra: &[&str]) -> String {
     let path = dir.join(format!("{name}.folded"));
-    let out = Command::new(tool)
-        .args(["profile", &pid.to_string(), "--duration", "2s", "-o"])
-        .arg(&path)
-        .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run the static otel-ctx");
+    let out = bounded::output(
+        Command::new(tool)
+            .args(["profile", &pid.to_string(), "--duration", "2s", "-o"])
+            .arg(&path)
+            .args(extra)
+            .stdin(Stdio::null()),
+        bounded::DEADLINE,
+    )
+    .expect("run the static otel-ctx");
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{name}: {stderr}");
     let routes = by_route(&std::fs::read_to_string(&path).expect("the profile"));
@@ -83,10 +85,8 @@ fn the_static_build_is_static_runs_and_profiles() {
         tool.display()
     );
 
-    let version = Command::new(&tool)
-        .arg("--version")
-        .output()
-        .expect("run it");
+    let version =
+        bounded::output(Command::new(&tool).arg("--version"), bounded::DEADLINE).expect("run it");
     assert!(version.status.success());
     assert_eq!(
         text(&version.stdout).trim(),
@@ -95,10 +95,11 @@ fn the_static_build_is_static_runs_and_profiles() {
 
     let exe = build_routes("static-routes", &["-fomit-frame-pointer"]);
     let fixture = Fixture::start_with_env(&exe, &[], &[("OTEL_SERVICE_NAME", "static-check")]);
-    let ps = Command::new(&tool)
-        .args(["ps", "--json"])
-        .output()
-        .expect("run ps");
+    let ps = bounded::output(
+        Command::new(&tool).args(["ps", "--json"]),
+        bounded::DEADLINE,
+    )
+    .expect("run ps");
     let doc: serde_json::Value = serde_json::from_slice(&ps.stdout).expect("ps --json");
     assert!(
         doc["processes"]

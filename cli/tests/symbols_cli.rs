@@ -31,7 +31,7 @@ use fixture::{
     build_symbols, endless_server, out_path, silent_server, DebuginfodServer, PerfMapFile,
     SymbolsBuild, SymbolsFixture,
 };
-use support::{otel_ctx, text};
+use support::{bounded, otel_ctx, text};
 
 /// The vDSO's name of `clock_gettime`.
 #[cfg(target_arch = "x86_64")]
@@ -109,10 +109,11 @@ fn profile(pid: u32, name: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
         .args(args)
         .env_remove("DEBUGINFOD_URLS")
         .env("DEBUGINFOD_CACHE_PATH", dir.join("debuginfod-cache"))
-        .envs(env.iter().copied())
-        .stdin(Stdio::null());
+        .envs(env.iter().copied());
     let started = Instant::now();
-    let output = command.output().expect("run otel-ctx");
+    // Each samples for a few seconds; a debuginfod that never answers could hold one
+    // for elfutils' 90 s, which the tests below must see as too long, not as a hang.
+    let output = bounded::output(&mut command, Duration::from_secs(180)).expect("run otel-ctx");
     let took = started.elapsed();
     let run = Run {
         folded: read_folded(&written),
@@ -271,7 +272,7 @@ fn named_share_at_least_perfs_in_the_same_run() {
         &["--duration", "3s"],
         &[("DEBUGINFOD_URLS", &url)],
     );
-    let recorded = perf.wait_with_output().expect("wait for perf record");
+    let recorded = bounded::wait_with_output(perf, "perf record", bounded::DEADLINE);
     assert!(
         recorded.status.success(),
         "perf record: {}",

@@ -3,7 +3,6 @@
 //! map; `--raw-keys` is the explicit way around both, for debugging writers.
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -12,7 +11,7 @@ use serde_json::Value;
 
 mod support;
 
-use support::{c_writer, otel_ctx};
+use support::{bounded, c_writer, otel_ctx};
 
 fn writer() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
@@ -32,21 +31,20 @@ impl Writer {
             .stdout(Stdio::piped())
             .spawn()
             .expect("start the writer");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("ready");
+        let stdout = child.stdout.take().expect("stdout");
+        let line =
+            bounded::Lines::new("the C writer", stdout).line("its `ready`", bounded::DEADLINE);
         assert_eq!(line.trim(), "ready");
         Self(child)
     }
 
     fn show(&self, extra: &[&str]) -> Value {
-        let out = Command::new(otel_ctx())
+        let mut command = Command::new(otel_ctx());
+        command
             .args(["show", "--json"])
             .args(extra)
-            .arg(self.0.id().to_string())
-            .output()
-            .expect("run otel-ctx show");
+            .arg(self.0.id().to_string());
+        let out = bounded::output(&mut command, bounded::DEADLINE).expect("run otel-ctx show");
         assert_eq!(
             out.status.code(),
             Some(0),

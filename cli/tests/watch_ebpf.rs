@@ -7,7 +7,6 @@
 use std::process::Command;
 #[cfg(feature = "ebpf")]
 use std::{
-    io::{BufRead, BufReader},
     path::PathBuf,
     process::{Child, Output, Stdio},
 };
@@ -19,7 +18,7 @@ mod support;
 
 #[cfg(feature = "ebpf")]
 use support::DEMO_ROUTES;
-use support::{otel_ctx, text};
+use support::{bounded, otel_ctx, text};
 
 #[cfg(feature = "ebpf")]
 const TLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../reader-linux/tests");
@@ -56,23 +55,25 @@ fn busy() -> Busy {
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the fixture");
-    let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-    for line in stdout.lines() {
-        if line.expect("fixture output") == "ready" {
-            break;
-        }
-    }
+    let stdout = child.stdout.take().expect("piped stdout");
+    bounded::Lines::new(exe.display().to_string(), stdout).until(
+        "its threads and `ready`",
+        bounded::DEADLINE,
+        |l| l == "ready",
+    );
     Busy(child)
 }
 
 #[cfg(feature = "ebpf")]
 fn watch(pid: u32, extra: &[&str]) -> Output {
-    Command::new(otel_ctx())
-        .args(["watch", &pid.to_string(), "--duration", "1s", "--hz", "499"])
-        .args(["--raw-keys", "--by", "#0", "--json"])
-        .args(extra)
-        .output()
-        .expect("run otel-ctx")
+    bounded::output(
+        Command::new(otel_ctx())
+            .args(["watch", &pid.to_string(), "--duration", "1s", "--hz", "499"])
+            .args(["--raw-keys", "--by", "#0", "--json"])
+            .args(extra),
+        bounded::DEADLINE,
+    )
+    .expect("run otel-ctx")
 }
 
 #[cfg(feature = "ebpf")]
@@ -109,11 +110,13 @@ fn ebpf_and_ptrace_see_the_same_buckets() {
     assert_eq!(buckets(&watch(pid, &["--sampler", "ptrace"])), expected);
 
     // The text view names the sampler.
-    let out = Command::new(otel_ctx())
-        .args(["watch", &pid.to_string(), "--duration", "300ms", "--ebpf"])
-        .args(["--raw-keys", "--by", "#0"])
-        .output()
-        .expect("run otel-ctx");
+    let out = bounded::output(
+        Command::new(otel_ctx())
+            .args(["watch", &pid.to_string(), "--duration", "300ms", "--ebpf"])
+            .args(["--raw-keys", "--by", "#0"]),
+        bounded::DEADLINE,
+    )
+    .expect("run otel-ctx");
     // The heading and the closing line on stderr, the table alone on stdout.
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -130,11 +133,13 @@ fn ebpf_and_ptrace_see_the_same_buckets() {
 
     // `show --ebpf`: each thread it lists has the context `show` (ptrace) reads.
     let show = |extra: &[&str]| -> Value {
-        let out = Command::new(otel_ctx())
-            .args(["show", &pid.to_string(), "--raw-keys", "--json"])
-            .args(extra)
-            .output()
-            .expect("run otel-ctx");
+        let out = bounded::output(
+            Command::new(otel_ctx())
+                .args(["show", &pid.to_string(), "--raw-keys", "--json"])
+                .args(extra),
+            bounded::DEADLINE,
+        )
+        .expect("run otel-ctx");
         // The C writer publishes no process context: exit status 1, the document anyway.
         assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
         serde_json::from_slice(&out.stdout).expect("JSON")
@@ -162,14 +167,16 @@ fn without_the_capabilities_ebpf_says_why_and_ptrace_still_works() {
     let pid = target.0.id().to_string();
     // Root without CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN: BPF is refused, ptrace is not.
     let dropped = |extra: &[&str]| {
-        Command::new("setpriv")
-            .arg("--bounding-set=-bpf,-perfmon,-sys_admin")
-            .arg(otel_ctx())
-            .args(["watch", &pid])
-            .args(["--duration", "300ms", "--raw-keys", "--by", "#0"])
-            .args(extra)
-            .output()
-            .expect("run setpriv (util-linux)")
+        bounded::output(
+            Command::new("setpriv")
+                .arg("--bounding-set=-bpf,-perfmon,-sys_admin")
+                .arg(otel_ctx())
+                .args(["watch", &pid])
+                .args(["--duration", "300ms", "--raw-keys", "--by", "#0"])
+                .args(extra),
+            bounded::DEADLINE,
+        )
+        .expect("run setpriv (util-linux)")
     };
     let out = dropped(&["--ebpf"]);
     // The sampler could not start: exit status 2, as for a process that cannot be read.
@@ -188,10 +195,11 @@ fn without_the_capabilities_ebpf_says_why_and_ptrace_still_works() {
 #[cfg(not(feature = "ebpf"))]
 #[test]
 fn a_build_without_the_feature_says_how_to_get_it() {
-    let out = Command::new(otel_ctx())
-        .args(["watch", &std::process::id().to_string(), "--ebpf"])
-        .output()
-        .expect("run otel-ctx");
+    let out = bounded::output(
+        Command::new(otel_ctx()).args(["watch", &std::process::id().to_string(), "--ebpf"]),
+        bounded::DEADLINE,
+    )
+    .expect("run otel-ctx");
     assert_eq!(out.status.code(), Some(2), "bad usage for this build");
     let stderr = text(&out.stderr);
     assert!(stderr.contains("--features ebpf"), "{stderr}");
@@ -204,8 +212,8 @@ fn the_demo_service_sampled_by_ebpf() {
     let pid = demo.pid();
 
     // Its workers spin inside request spans: the ticks that land there name a route.
-    let out = Command::new(otel_ctx())
-        .args([
+    let out = bounded::output(
+        Command::new(otel_ctx()).args([
             "watch",
             &pid,
             "--ebpf",
@@ -214,9 +222,10 @@ fn the_demo_service_sampled_by_ebpf() {
             "--duration",
             "1s",
             "--json",
-        ])
-        .output()
-        .expect("run otel-ctx");
+        ]),
+        bounded::DEADLINE,
+    )
+    .expect("run otel-ctx");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let mut routes = 0;
@@ -231,10 +240,11 @@ fn the_demo_service_sampled_by_ebpf() {
     assert!(routes >= 2, "{doc}");
 
     // `show --ebpf`: every context it lists is a request's.
-    let out = Command::new(otel_ctx())
-        .args(["show", &pid, "--ebpf", "--json"])
-        .output()
-        .expect("run otel-ctx");
+    let out = bounded::output(
+        Command::new(otel_ctx()).args(["show", &pid, "--ebpf", "--json"]),
+        bounded::DEADLINE,
+    )
+    .expect("run otel-ctx");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     for thread in doc["threads"].as_array().expect("threads") {
@@ -256,11 +266,13 @@ fn the_demo_service_sampled_by_ebpf() {
 #[cfg(all(feature = "ebpf", feature = "demo"))]
 #[test]
 fn the_demo_view_from_ebpf_samples() {
-    let out = Command::new(otel_ctx())
-        .args(["demo", "--ebpf", "--duration", "3s"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run otel-ctx demo");
+    let out = bounded::output(
+        Command::new(otel_ctx())
+            .args(["demo", "--ebpf", "--duration", "3s"])
+            .stdin(Stdio::null()),
+        bounded::DEADLINE,
+    )
+    .expect("run otel-ctx demo");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
@@ -284,10 +296,11 @@ fn the_demo_view_from_ebpf_samples() {
 #[cfg(all(not(feature = "ebpf"), feature = "demo"))]
 #[test]
 fn a_build_without_the_feature_refuses_demo_ebpf() {
-    let out = Command::new(otel_ctx())
-        .args(["demo", "--ebpf", "--duration", "1s"])
-        .output()
-        .expect("run otel-ctx");
+    let out = bounded::output(
+        Command::new(otel_ctx()).args(["demo", "--ebpf", "--duration", "1s"]),
+        bounded::DEADLINE,
+    )
+    .expect("run otel-ctx");
     assert_eq!(out.status.code(), Some(2), "bad usage for this build");
     let stderr = text(&out.stderr);
     assert!(stderr.contains("--features ebpf"), "{stderr}");

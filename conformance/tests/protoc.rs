@@ -12,6 +12,9 @@ use std::process::{Command, Stdio};
 use otel_ctx_conformance::vectors::payload::{self, PayloadExpected};
 use otel_ctx_conformance::{spec_vectors_dir, text_format, Outcome, Vector};
 
+#[path = "../../reader-linux/tests/support/bounded.rs"]
+mod bounded;
+
 const MESSAGE: &str = "opentelemetry.proto.processcontext.v1development.ProcessContext";
 
 /// What protoc made of some bytes.
@@ -44,7 +47,7 @@ fn protoc_decode(bytes: &[u8]) -> Decoded {
     let mut stdin = child.stdin.take().expect("stdin was piped");
     stdin.write_all(bytes).expect("writing to protoc");
     drop(stdin);
-    let out = child.wait_with_output().expect("waiting for protoc");
+    let out = bounded::wait_with_output(child, "protoc --decode", bounded::DEADLINE);
     if out.status.success() {
         Decoded::Text(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {

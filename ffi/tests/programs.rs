@@ -11,9 +11,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
+#[path = "../../reader-linux/tests/support/bounded.rs"]
+mod bounded;
+
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 use support::{built, compile, Link};
@@ -22,7 +24,7 @@ use support::{built, compile, Link};
 /// waits for its stdin to close.
 struct Program {
     child: Child,
-    stdout: BufReader<ChildStdout>,
+    stdout: bounded::Lines,
 }
 
 impl Program {
@@ -33,7 +35,8 @@ impl Program {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start the program");
-        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let piped = child.stdout.take().expect("piped");
+        let stdout = bounded::Lines::new(format!("{command:?}"), piped);
         Self { child, stdout }
     }
 
@@ -48,8 +51,7 @@ impl Program {
     fn pids(&mut self, words: &[&str]) -> Vec<String> {
         let mut pids = vec![String::new(); words.len()];
         for _ in words {
-            let mut line = String::new();
-            self.stdout.read_line(&mut line).expect("read its stdout");
+            let line = self.stdout.line("a line `<word> <pid>`", bounded::DEADLINE);
             let (word, pid) = line
                 .trim()
                 .split_once(' ')
@@ -66,7 +68,8 @@ impl Program {
     /// Closes stdin and checks that the program then exits with 0.
     fn finish(mut self) {
         drop(self.child.stdin.take());
-        let status = self.child.wait().expect("wait for the program");
+        let what = "the program, its stdin closed,";
+        let status = bounded::wait(&mut self.child, what, bounded::DEADLINE);
         assert!(status.success(), "the program failed: {status}");
     }
 }
@@ -82,10 +85,11 @@ impl Drop for Program {
 
 /// `otel-ctx show --json <pid>`.
 fn show(pid: &str) -> Value {
-    let out = Command::new(&built().otel_ctx)
-        .args(["show", "--json", pid])
-        .output()
-        .expect("run otel-ctx");
+    let out = bounded::output(
+        Command::new(&built().otel_ctx).args(["show", "--json", pid]),
+        bounded::DEADLINE,
+    )
+    .expect("run otel-ctx");
     assert!(
         out.status.success(),
         "otel-ctx show {pid}: {}",
@@ -101,10 +105,11 @@ fn check(pid: &str) {
 
 /// `otel-ctx check <pid>` fails exactly the rules `failing` (none: it passes).
 fn check_failing(pid: &str, failing: &[&str]) {
-    let out = Command::new(&built().otel_ctx)
-        .args(["check", pid, "--observe", "200ms", "--json"])
-        .output()
-        .expect("run otel-ctx");
+    let out = bounded::output(
+        Command::new(&built().otel_ctx).args(["check", pid, "--observe", "200ms", "--json"]),
+        bounded::DEADLINE,
+    )
+    .expect("run otel-ctx");
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "otel-ctx check {pid} --json: {e}\n{}",

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fixture::{build_routes, go, out_path, pprof, Fixture, ROUTES};
+use fixture::{bounded, build_routes, go, out_path, pprof, Fixture, ROUTES};
 use otel_ctx_profile::{FleetOptions, FleetProfiler, ProcessProfiler, SessionOptions};
 use otel_ctx_reader::procfs;
 use otel_ctx_sampler::{Method, SamplerOptions};
@@ -31,12 +31,11 @@ fn the_forty_line_example_profiles_a_process() {
     let fixture = Fixture::start(&exe, &[]);
     for how in [&["--ptrace"][..], &[]] {
         let out = out_path(&format!("profile_pid{}.pb.gz", how.concat()));
-        let run = Command::new(example())
-            .arg(fixture.pid.to_string())
-            .arg(&out)
-            .args(how)
-            .output()
-            .expect("run examples/profile_pid");
+        // It profiles for 3 s; a minute leaves room for its start and its symbols.
+        let mut command = Command::new(example());
+        command.arg(fixture.pid.to_string()).arg(&out).args(how);
+        let run =
+            bounded::output(&mut command, bounded::DEADLINE).expect("run examples/profile_pid");
         let said = String::from_utf8_lossy(&run.stderr);
         assert!(run.status.success(), "{how:?}: {said}");
         assert!(said.contains("written to"), "{said}");

@@ -25,7 +25,7 @@ use otel_ctx_sampler::{Method, Sampler, SamplerOptions};
 #[path = "../../reader-linux/tests/fixtures/tls/matrix.rs"]
 mod matrix;
 
-use matrix::{start, Target};
+use matrix::{bounded, start, Target};
 
 const BUSY_MAIN: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -175,11 +175,7 @@ fn check_exit(
     let stdin = target.child.stdin.as_mut().expect("piped stdin");
     stdin.write_all(b"x").expect("ask a thread to exit");
     stdin.flush().expect("flush");
-    let line = target
-        .lines
-        .next()
-        .expect("fixture output")
-        .expect("fixture output");
+    let line = target.lines.line("a thread's `gone`", bounded::DEADLINE);
     let gone: u32 = line
         .strip_prefix("gone ")
         .unwrap_or_else(|| panic!("{name}: unexpected line {line:?}"))
@@ -684,17 +680,14 @@ fn prctl_names() -> std::path::PathBuf {
 
 /// Runs `prctl_names` with `names` until it printed `done`; the running child.
 fn name_mappings(exe: &Path, names: &[&str]) -> std::process::Child {
-    use std::io::BufRead;
     let mut child = std::process::Command::new(exe)
         .args(names)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("start prctl_names");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .expect("read its line");
+    let stdout = child.stdout.take().expect("piped");
+    let line = bounded::Lines::new("prctl_names", stdout).line("its `done`", bounded::DEADLINE);
     assert_eq!(line.trim(), "done");
     child
 }
@@ -735,6 +728,6 @@ fn the_publication_hook_reports_who_names_otel_ctx() {
     assert!(counters.sent >= 2 && counters.lost == 0, "{counters:?}");
     for child in [&mut others, &mut named] {
         drop(child.stdin.take());
-        child.wait().expect("wait");
+        bounded::wait(child, "prctl_names, its input closed", bounded::DEADLINE);
     }
 }

@@ -7,18 +7,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+// A test that also includes the profile tests' `fixture.rs` has two copies of it.
+#[allow(clippy::duplicate_mod)]
+#[path = "../../../reader-linux/tests/support/bounded.rs"]
+pub mod bounded;
+
 /// The `otel-ctx` binary cargo built for these tests.
 pub fn otel_ctx() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_otel-ctx"))
 }
 
-/// Runs `otel-ctx <args>` with no input and returns what it did.
+/// Runs `otel-ctx <args>` with no input and returns what it did, failing the test when
+/// it has not ended within [`bounded::DEADLINE`].
 pub fn run(args: &[&str]) -> Output {
-    Command::new(otel_ctx())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run otel-ctx")
+    bounded::output(Command::new(otel_ctx()).args(args), bounded::DEADLINE).expect("run otel-ctx")
 }
 
 /// An empty directory of the tests' own, `<CARGO_TARGET_TMPDIR>/<name>`.
@@ -120,7 +122,7 @@ impl DemoService {
 impl Drop for DemoService {
     fn drop(&mut self) {
         drop(self.0.stdin.take());
-        let _ = self.0.wait();
+        bounded::reap(&mut self.0, bounded::GRACE);
     }
 }
 

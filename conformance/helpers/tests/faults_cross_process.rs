@@ -5,10 +5,10 @@
 //! (state `t` in `/proc/<pid>/task/<tid>/stat`) once the reader is done.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +21,9 @@ use otel_ctx_reader::thread::tls::{AccessModel, PtraceError};
 use otel_ctx_reader::thread::{OwnedThreadContext, ThreadReaderOptions};
 use otel_ctx_reader::SampleError;
 use otel_ctx_reader::{Error, ProcessContextReader, ThreadError, ThreadReader};
+
+#[path = "../../../reader-linux/tests/support/bounded.rs"]
+mod bounded;
 
 const TARGET: &str = env!("CARGO_BIN_EXE_otel-ctx-stress-target");
 const TRACER: &str = env!("CARGO_BIN_EXE_otel-ctx-stress-tracer");
@@ -35,7 +38,7 @@ const SETTLE: Duration = Duration::from_secs(20);
 /// A child process, killed and reaped on drop.
 struct Process {
     child: Child,
-    stdout: Option<BufReader<ChildStdout>>,
+    stdout: Option<bounded::Lines>,
 }
 
 impl Process {
@@ -45,7 +48,8 @@ impl Process {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let piped = child.stdout.take().expect("piped stdout");
+        let stdout = bounded::Lines::new(format!("{command:?}"), piped);
         Self {
             child,
             stdout: Some(stdout),
@@ -56,14 +60,11 @@ impl Process {
         self.child.id()
     }
 
+    /// Its next line, at most [`bounded::DEADLINE`] away; empty when its output ended.
     fn line(&mut self) -> String {
-        let mut line = String::new();
-        self.stdout
-            .as_mut()
-            .expect("stdout")
-            .read_line(&mut line)
-            .expect("read a line");
-        line.trim_end().to_owned()
+        let stdout = self.stdout.as_mut().expect("stdout");
+        let line = stdout.next_line("a line", bounded::DEADLINE);
+        line.unwrap_or_default().trim_end().to_owned()
     }
 
     fn say(&mut self, line: &str) {
@@ -625,12 +626,9 @@ fn target_of_another_uid_is_denied() {
             .gid(65534),
     );
     let pid = target.pid();
-    let out = Command::new(&tracer_bin)
-        .args(["read", &pid.to_string()])
-        .uid(65533)
-        .gid(65533)
-        .output()
-        .expect("run the reader as uid 65533");
+    let mut read = Command::new(&tracer_bin);
+    read.args(["read", &pid.to_string()]).uid(65533).gid(65533);
+    let out = bounded::output(&mut read, bounded::DEADLINE).expect("run the reader as uid 65533");
     let _ = std::fs::remove_dir_all(&dir);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     println!("{text}");

@@ -4,8 +4,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use otel_ctx_reader::memory::ReadMethod;
 use otel_ctx_reader::process::{Malformed, OwnedValue, ReaderOptions};
 use otel_ctx_reader::{Error, ProcessContextReader, Snapshot};
+
+#[path = "../../../reader-linux/tests/support/bounded.rs"]
+mod bounded;
 
 /// Records the largest allocation each thread makes.
 struct Tracking;
@@ -46,7 +49,7 @@ static ALLOCATOR: Tracking = Tracking;
 /// A helper process that printed its `ready` line; killed and reaped on drop.
 struct Helper {
     child: Child,
-    stdout: Option<BufReader<ChildStdout>>,
+    stdout: Option<bounded::Lines>,
 }
 
 impl Helper {
@@ -57,9 +60,9 @@ impl Helper {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
+        let mut stdout =
+            bounded::Lines::new(format!("{bin} {args:?}"), child.stdout.take().unwrap());
+        let line = stdout.line("its `ready`", bounded::DEADLINE);
         assert!(line.starts_with("ready"), "{bin} {args:?} said {line:?}");
         Self {
             child,
@@ -137,10 +140,10 @@ fn ten_thousand_updates_every_read_is_one_version() {
     let watcher = {
         let done = done.clone();
         std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = stdout.read_line(&mut line);
+            // The loop below gives up after 60 s without it.
+            let line = stdout.next_line("its `done`", Duration::from_secs(90));
             done.store(true, Ordering::SeqCst);
-            line
+            line.unwrap_or_default()
         })
     };
     helper

@@ -2,7 +2,6 @@
 //! its writer publishes in a helper process and this project's reader reads it; this
 //! project's writer publishes in this process and its reader decodes it.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use libdd_library_config::otel_process_ctx::ProcessContextSelfReader;
@@ -11,6 +10,9 @@ use otel_ctx_reader::process::{OwnedKeyValue, OwnedValue};
 use otel_ctx_reader::ProcessContextReader;
 use otel_ctx_writer::process::{Attributes, Publisher, Resource};
 
+#[path = "../../../reader-linux/tests/support/bounded.rs"]
+mod bounded;
+
 #[test]
 fn their_writer_our_reader() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_otel-ctx-libdd-publish"))
@@ -18,15 +20,14 @@ fn their_writer_our_reader() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let line = bounded::Lines::new("otel-ctx-libdd-publish", child.stdout.take().unwrap())
+        .line("its `ready`", bounded::DEADLINE);
     assert_eq!(line.trim(), "ready");
 
     let result = ProcessContextReader::open(child.id()).and_then(|mut r| r.read());
     drop(child.stdin.take());
-    let status = child.wait().unwrap();
+    let what = "otel-ctx-libdd-publish, its stdin closed,";
+    let status = bounded::wait(&mut child, what, bounded::DEADLINE);
     let s = result.unwrap();
     assert!(status.success(), "{status}");
 

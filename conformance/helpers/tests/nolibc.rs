@@ -6,11 +6,11 @@
 //! it runs under qemu-user (which cannot ptrace), and its own report is checked.
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+
+#[path = "../../../reader-linux/tests/support/bounded.rs"]
+mod bounded;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -73,45 +73,21 @@ fn assert_links_nothing(binary: &Path) {
 }
 
 /// The program's stdout, line by line, as it comes.
-struct Output {
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
+struct Output(bounded::Lines);
 
 impl Output {
     fn of(child: &mut Child) -> Self {
         let stdout = child.stdout.take().expect("piped stdout");
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            lines,
-            seen: Vec::new(),
-        }
+        Self(bounded::Lines::new("the example", stdout))
     }
 
-    /// Reads lines until one starts with `prefix`, and returns it.
+    /// Reads lines until one starts with `prefix`, for at most a minute, and returns it.
     fn until(&mut self, prefix: &str) -> String {
-        loop {
-            match self.lines.recv_timeout(Duration::from_secs(60)) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.starts_with(prefix) {
-                        return line;
-                    }
-                }
-                Err(e) => panic!(
-                    "no line starting with {prefix:?} ({e}); the program said: {:#?}",
-                    self.seen
-                ),
-            }
-        }
+        let what = format!("a line starting with {prefix:?}");
+        let mut lines = self
+            .0
+            .until(&what, bounded::DEADLINE, |l| l.starts_with(prefix));
+        lines.pop().expect("the line")
     }
 }
 
@@ -180,10 +156,11 @@ fn x86_64_links_nothing_and_the_tool_reads_and_passes_it() {
     let pid = assert_self_report(&mut output);
     assert_eq!(pid, child.id());
 
-    let show = Command::new(&tool)
-        .args(["show", &pid.to_string()])
-        .output()
-        .expect("run otel-ctx show");
+    let show = bounded::output(
+        Command::new(&tool).args(["show", &pid.to_string()]),
+        bounded::DEADLINE,
+    )
+    .expect("run otel-ctx show");
     let shown = String::from_utf8_lossy(&show.stdout);
     assert!(show.status.success(), "otel-ctx show failed: {shown}");
     assert!(shown.contains("otel-ctx-nolibc"), "{shown}");
@@ -200,10 +177,11 @@ fn x86_64_links_nothing_and_the_tool_reads_and_passes_it() {
         );
     }
 
-    let check = Command::new(&tool)
-        .args(["check", &pid.to_string()])
-        .output()
-        .expect("run otel-ctx check");
+    let check = bounded::output(
+        Command::new(&tool).args(["check", &pid.to_string()]),
+        bounded::DEADLINE,
+    )
+    .expect("run otel-ctx check");
     let report = String::from_utf8_lossy(&check.stdout);
     assert!(check.status.success(), "otel-ctx check failed: {report}");
     assert!(report.contains(" 0 FAIL"), "{report}");
@@ -223,7 +201,7 @@ fn x86_64_links_nothing_and_the_tool_reads_and_passes_it() {
     let target = rustix::process::Pid::from_raw(pid as i32).expect("a pid is positive");
     rustix::process::kill_process(target, rustix::process::Signal::TERM).expect("send SIGTERM");
     let exit = output.until("EXIT after ");
-    let status = child.wait().expect("wait for the example");
+    let status = bounded::wait(&mut child, "the example, after SIGTERM,", bounded::DEADLINE);
     assert!(status.success(), "the example exited with {status}: {exit}");
 }
 
@@ -245,6 +223,7 @@ fn aarch64_under_qemu_finds_its_own_slot_and_context() {
         .parse()
         .expect("EXIT after <n> ticks");
     assert!(ticks >= 1, "{exit}");
-    let status = child.wait().expect("wait for qemu-aarch64");
+    // It runs for a second.
+    let status = bounded::wait(&mut child, "qemu-aarch64", bounded::DEADLINE);
     assert!(status.success(), "the example exited with {status}");
 }

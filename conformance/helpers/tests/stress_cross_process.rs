@@ -13,7 +13,7 @@
 //! never go back.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,6 +27,9 @@ use otel_ctx_reader::thread::tls::PtraceError;
 use otel_ctx_reader::thread::tls::SlotState;
 use otel_ctx_reader::SampleError;
 use otel_ctx_reader::{Error, ProcessContextReader, Snapshot};
+
+#[path = "../../../reader-linux/tests/support/bounded.rs"]
+mod bounded;
 
 const TARGET: &str = env!("CARGO_BIN_EXE_otel-ctx-stress-target");
 
@@ -71,13 +74,15 @@ impl Target {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {TARGET}: {e}"));
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut printed = bounded::Lines::new(TARGET, stdout).until(
+            "its writer threads and `ready`",
+            bounded::DEADLINE,
+            |l| l == "ready",
+        );
+        printed.pop();
         let mut writers = Vec::new();
-        for line in stdout.lines() {
-            let line = line.expect("target output");
-            if line == "ready" {
-                break;
-            }
+        for line in printed {
             let fields: Vec<&str> = line.split_whitespace().collect();
             match fields.as_slice() {
                 ["thread", index, tid] => writers.push((

@@ -3,10 +3,12 @@
 //! `otel-ctx check` finds nothing wrong. Reading threads uses ptrace: run as root.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+#[path = "../../../reader-linux/tests/support/bounded.rs"]
+mod bounded;
 
 /// Runs `cargo build <args>` and returns the path of the executable it names.
 fn build(args: &[&str], name: &str) -> PathBuf {
@@ -73,24 +75,25 @@ fn every_thread_context_shown_is_a_printed_request_span_with_its_route() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the example");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = lines.next().expect("a first line").unwrap();
+    // Read on a thread of its own, so that the service never blocks on a full pipe
+    // while the tool samples it.
+    let mut lines = bounded::Lines::new("traced_service", child.stdout.take().unwrap());
+    let ready = lines.line("its `READY <pid>`", bounded::DEADLINE);
     let pid: u32 = ready
         .strip_prefix("READY ")
         .and_then(|pid| pid.parse().ok())
         .unwrap_or_else(|| panic!("first line {ready:?} is not READY <pid>"));
     assert_eq!(pid, child.id());
-    // The rest of stdout is read on a thread of its own, so that the service never blocks
-    // on a full pipe while the tool samples it.
-    let printed = std::thread::spawn(move || lines.map(Result::unwrap).collect::<Vec<_>>());
 
     let mut shown = Vec::new();
     for _ in 0..10 {
-        let out = Command::new(&otel_ctx)
-            .args(["show", "--json"])
-            .arg(pid.to_string())
-            .output()
-            .unwrap();
+        let out = bounded::output(
+            Command::new(&otel_ctx)
+                .args(["show", "--json"])
+                .arg(pid.to_string()),
+            bounded::DEADLINE,
+        )
+        .unwrap();
         assert!(out.status.success(), "otel-ctx show failed: {out:?}");
         let document: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(
@@ -105,10 +108,15 @@ fn every_thread_context_shown_is_a_printed_request_span_with_its_route() {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(child.stdin.take());
-    assert!(child.wait().unwrap().success());
+    let what = "traced_service, its stdin closed,";
+    assert!(bounded::wait(&mut child, what, bounded::DEADLINE).success());
+    let mut printed = Vec::new();
+    while let Some(line) = lines.next_line("the rest of its output", bounded::DEADLINE) {
+        printed.push(line);
+    }
 
     let mut spans = HashMap::new();
-    for line in printed.join().unwrap() {
+    for line in printed {
         let span: serde_json::Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("not a JSON line: {line:?}: {e}"));
         let trace_id = span["trace_id"].as_str().unwrap().to_owned();
@@ -134,12 +142,11 @@ fn every_thread_context_shown_is_a_printed_request_span_with_its_route() {
 #[test]
 fn otel_ctx_check_passes_the_service() {
     let (service, otel_ctx) = (service(), otel_ctx());
-    let out = Command::new(&otel_ctx)
-        .arg("check")
-        .arg("--")
-        .arg(&service)
-        .output()
-        .unwrap();
+    let out = bounded::output(
+        Command::new(&otel_ctx).arg("check").arg("--").arg(&service),
+        bounded::DEADLINE,
+    )
+    .unwrap();
     assert!(
         out.status.success(),
         "otel-ctx check failed:\n{}\n{}",

@@ -4,12 +4,17 @@
 //! `otel-ctx profile` tests (which include this file with `#[path]`).
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+// A test that also includes the tool's tests' `support` has two copies of it.
+#[allow(clippy::duplicate_mod)]
+#[path = "../../../reader-linux/tests/support/bounded.rs"]
+pub mod bounded;
 
 /// The routes the fixture's threads serve, with the prefix of their functions.
 pub const ROUTES: [(&str, &str); 3] = [
@@ -136,7 +141,7 @@ pub struct Fixture {
     pub child: Child,
     pub pid: u32,
     stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
+    stdout: bounded::Lines,
 }
 
 impl Fixture {
@@ -160,9 +165,9 @@ impl Fixture {
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
         let stdin = child.stdin.take();
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read the ready line");
+        let piped = child.stdout.take().expect("piped stdout");
+        let mut stdout = bounded::Lines::new(program.display().to_string(), piped);
+        let line = stdout.line("its `ready <pid>`", bounded::DEADLINE);
         let pid: u32 = line
             .strip_prefix("ready ")
             .and_then(|p| p.trim().parse().ok())
@@ -181,8 +186,8 @@ impl Fixture {
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{command}").expect("write a command");
         stdin.flush().expect("flush");
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("read an answer");
+        let what = format!("the answer {answer:?} to {command:?}");
+        let line = self.stdout.line(&what, bounded::DEADLINE);
         assert_eq!(line.trim(), answer);
     }
 
@@ -190,18 +195,8 @@ impl Fixture {
     /// most 30 seconds.
     pub fn finish(mut self) {
         drop(self.stdin.take());
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("wait for the fixture") {
-                break status;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("the fixture did not exit within 30 s of its stdin closing");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let what = "the fixture, its stdin closed,";
+        let status = bounded::wait(&mut self.child, what, Duration::from_secs(30));
         assert!(status.success(), "fixture exited with {status}");
     }
 }
@@ -458,10 +453,9 @@ impl SymbolsFixture {
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
         let stdin = child.stdin.take();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped stdout"))
-            .read_line(&mut line)
-            .expect("read the ready line");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let line = bounded::Lines::new(exe.display().to_string(), stdout)
+            .line("its `ready <pid> jit <address>`", bounded::DEADLINE);
         let fields: Vec<&str> = line.split_whitespace().collect();
         let (pid, jit) = match fields[..] {
             ["ready", pid, "jit", jit] => (
@@ -574,7 +568,7 @@ impl DebuginfodServer {
 impl Drop for DebuginfodServer {
     fn drop(&mut self) {
         drop(self.stdin.take());
-        let _ = self.child.wait();
+        bounded::reap(&mut self.child, bounded::GRACE);
     }
 }
 
