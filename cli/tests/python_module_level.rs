@@ -8,10 +8,8 @@
 //! targets of `scripts/python-targets.sh`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 mod support;
 
@@ -19,6 +17,7 @@ mod support;
 mod python_support;
 
 use python_support::{targets_dir, workspace, Runtime};
+use support::bounded::{self, Lines, DEADLINE};
 use support::{read_folded, run, text};
 
 /// The script's functions whose leaf shares are compared (py-spy names the generator
@@ -55,15 +54,7 @@ fn start() -> Script {
         .expect("start the script");
     let stdout = child.stdout.take().expect("piped");
     let script = Script(child);
-    let (sender, receiver) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = sender.send(line);
-    });
-    let line = receiver
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the script says it is ready within 60 s");
+    let line = Lines::new("module_level.py", stdout).line("its ready line", DEADLINE);
     assert_eq!(line.trim(), format!("ready {}", script.0.id()));
     script
 }
@@ -113,18 +104,7 @@ fn py_spy(pid: u32, out: &Path, args: &[&str]) -> support::Folded {
         .stderr(Stdio::null())
         .spawn()
         .expect("run py-spy");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("py-spy's status") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("py-spy {args:?} still runs after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = bounded::wait(&mut child, "py-spy", DEADLINE);
     assert!(status.success(), "py-spy {args:?}: {status}");
     read_folded(out)
 }
