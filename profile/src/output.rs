@@ -105,23 +105,24 @@ fn not_a_directory(path: &Path) -> Option<PathBuf> {
     None
 }
 
-/// What a failed creation under `path` means: a part that is not a directory, said as
-/// such, else `other` with the system's error.
+/// What a failed creation at `looked` (for the output `named`) means: a part of
+/// `looked` that is not a directory, said as such, else `other` of the system's error.
 fn refused(
-    path: &Path,
+    looked: &Path,
+    named: &Path,
     source: io::Error,
-    other: fn(PathBuf, io::Error) -> OutputError,
+    other: impl FnOnce(io::Error) -> OutputError,
 ) -> OutputError {
     let not_dir = matches!(
         source.kind(),
         io::ErrorKind::NotADirectory | io::ErrorKind::AlreadyExists
     );
-    match not_dir.then(|| not_a_directory(path)).flatten() {
+    match not_dir.then(|| not_a_directory(looked)).flatten() {
         Some(part) => OutputError::NotADirectory {
-            path: path.to_owned(),
+            path: named.to_owned(),
             part,
         },
-        None => other(path.to_owned(), source),
+        None => other(source),
     }
 }
 
@@ -142,34 +143,24 @@ pub fn check_writable(path: &Path) -> Result<(), OutputError> {
             .write(true)
             .open(path)
             .map(drop)
-            .map_err(|e| refused(path, e, write));
+            .map_err(|e| refused(path, path, e, |e| write(path.to_owned(), e)));
     }
     match OpenOptions::new().write(true).create_new(true).open(path) {
         Ok(file) => {
             drop(file);
             std::fs::remove_file(path).map_err(|e| write(path.to_owned(), e))
         }
-        Err(e) => Err(refused(path, e, write)),
+        Err(e) => Err(refused(path, path, e, |e| write(path.to_owned(), e))),
     }
 }
 
 /// Makes the directory `dir` of `output` when it is missing; an error names `output`.
 fn make_directory(dir: &Path, output: &Path) -> Result<(), OutputError> {
     std::fs::create_dir_all(dir).map_err(|source| {
-        let not_dir = matches!(
-            source.kind(),
-            io::ErrorKind::NotADirectory | io::ErrorKind::AlreadyExists
-        );
-        match not_dir.then(|| not_a_directory(dir)).flatten() {
-            Some(part) => OutputError::NotADirectory {
-                path: output.to_owned(),
-                part,
-            },
-            None => OutputError::CreateDirectory {
-                path: dir.to_owned(),
-                source,
-            },
-        }
+        refused(dir, output, source, |source| OutputError::CreateDirectory {
+            path: dir.to_owned(),
+            source,
+        })
     })
 }
 
