@@ -360,7 +360,9 @@ impl Sampler {
                     let taken = !s.stack.is_empty() || s.registers != UserRegisters::default();
                     let walked;
                     let python_thread_name = match process.python.as_ref() {
-                        Some(interpreter) => process.python_names.get(interpreter, s.tid),
+                        Some(interpreter) => {
+                            interpreter.thread_name(&mut process.python_names, s.tid)
+                        }
                         None => None,
                     };
                     let python = match process.python.as_mut() {

@@ -85,7 +85,7 @@ impl PreparedProcess {
             Ok(None)
         };
         let python_names = match &python {
-            Ok(Some(python)) => PythonThreadNames::read(python),
+            Ok(Some(python)) => python.thread_names(),
             _ => PythonThreadNames::default(),
         };
         match reader {

@@ -244,7 +244,7 @@ impl Rounds {
                     _ => &[],
                 };
                 let python_thread_name = match python.as_ref() {
-                    Some(interpreter) => python_names.get(interpreter, tid),
+                    Some(interpreter) => interpreter.thread_name(python_names, tid),
                     None => None,
                 };
                 let python = match (walked.as_ref(), python.as_mut()) {

@@ -23,6 +23,7 @@ mod error;
 mod frame;
 mod names;
 mod offsets;
+mod thread_names;
 mod threads;
 mod walk;
 
@@ -47,7 +48,7 @@ pub use names::{
     CodeCache, CodeInfo, MAX_CACHED_CODES, MAX_CACHE_BYTES, MAX_LINE_TABLE, MAX_NAME_CHARS,
 };
 pub use offsets::{Offsets, PythonVersion};
-pub use threads::{
+pub use thread_names::{
     PythonThreadNames, MAX_NAMED_THREADS, MAX_REGISTRY_BYTES, MAX_THREAD_NAME_BYTES,
     THREAD_NAMES_INTERVAL,
 };

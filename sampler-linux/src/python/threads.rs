@@ -13,27 +13,16 @@
 //! aarch64), from their headers and checked against Debian's interpreters with ctypes.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use super::error::PythonError;
 use super::frame::MAX_PYTHON_THREADS;
 use super::names::read_str_max;
 use super::offsets::Offsets;
+use super::thread_names::{
+    PythonThreadNames, MAX_NAMED_THREADS, MAX_REGISTRY_BYTES, MAX_THREAD_NAME_BYTES,
+};
 use super::PythonProcess;
 use otel_ctx_reader::thread::tls::TargetMemory;
-
-/// The most threads whose Python names are kept per process.
-pub const MAX_NAMED_THREADS: usize = 256;
-
-/// The longest Python thread name kept, in bytes; a longer one is cut (at a character).
-pub const MAX_THREAD_NAME_BYTES: usize = 256;
-
-/// The most bytes one reading of the registry reads from the target.
-pub const MAX_REGISTRY_BYTES: usize = 1 << 20;
-
-/// How often, at most, the registry of one process is read again (for a sampled thread
-/// that has no Python name yet).
-pub const THREAD_NAMES_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The most entries of one dict looked through (`sys.modules` of a large program has
 /// a few thousand).
@@ -204,6 +193,20 @@ pub(crate) fn entries<'b>(
         })
 }
 
+/// A dict's table as read: its keys table, its entries' bytes, and a split table's
+/// values.
+struct Table {
+    keys: KeysTable,
+    entries: Vec<u8>,
+    values: Option<Vec<u8>>,
+}
+
+impl Table {
+    fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
+        entries(self.keys.kind, &self.entries, self.values.as_deref())
+    }
+}
+
 /// One reading of the registry: the target, its layouts, and the bytes still allowed.
 struct Registry<'a> {
     mem: &'a dyn TargetMemory,
@@ -236,7 +239,7 @@ impl Registry<'_> {
 
     /// The entries (and, for a split table, the values) of the dict at `dict`, checked
     /// to be of the dict type.
-    fn dict(&mut self, dict: u64) -> Result<(KeysTable, Vec<u8>, Option<Vec<u8>>), PythonError> {
+    fn dict(&mut self, dict: u64) -> Result<Table, PythonError> {
         let mut header = [0u8; DICT_HEADER];
         self.read("a dict", dict, &mut header)?;
         let word = |at: usize| u64::from_ne_bytes(header[at..at + 8].try_into().unwrap_or([0; 8]));
@@ -245,11 +248,11 @@ impl Registry<'_> {
         }
         let (used, keys, values) = (word(DICT_USED), word(DICT_KEYS), word(DICT_VALUES));
         let values = (values != 0).then(|| values.wrapping_add(self.layout.values_header));
-        let (table, bytes, values) = self.table(keys, values, u64::MAX)?;
-        if used > table.count {
+        let table = self.table(keys, values, u64::MAX)?;
+        if used > table.keys.count {
             return Err(PythonError::Malformed("a dict that uses more than it has"));
         }
-        Ok((table, bytes, values))
+        Ok(table)
     }
 
     /// The keys table at `keys` and its entries; with `values`, the values array of a
@@ -259,7 +262,7 @@ impl Registry<'_> {
         keys: u64,
         values: Option<u64>,
         capacity: u64,
-    ) -> Result<(KeysTable, Vec<u8>, Option<Vec<u8>>), PythonError> {
+    ) -> Result<Table, PythonError> {
         let mut header = [0u8; KEYS_HEADER];
         self.read("a dict's keys", keys, &mut header)?;
         let table = KeysTable::parse(&header, MAX_DICT_ENTRIES)?;
@@ -277,7 +280,11 @@ impl Registry<'_> {
             }
             None => None,
         };
-        Ok((table, bytes, values))
+        Ok(Table {
+            keys: table,
+            entries: bytes,
+            values,
+        })
     }
 
     /// Whether the object at `object` is a compact ASCII `str` saying `text` (one read).
@@ -301,19 +308,14 @@ impl Registry<'_> {
 
     /// The value of key `name` (a `str`) in the dict at `dict`.
     fn get(&mut self, dict: u64, name: &str) -> Result<Option<(u64, u64)>, PythonError> {
-        let (table, bytes, values) = self.dict(dict)?;
-        Ok(self.find(&table, &bytes, values.as_deref(), name))
+        let table = self.dict(dict)?;
+        Ok(self.find(&table, name))
     }
 
     /// The (key, value) of `name` among a table's entries.
-    fn find(
-        &mut self,
-        table: &KeysTable,
-        bytes: &[u8],
-        values: Option<&[u8]>,
-        name: &str,
-    ) -> Option<(u64, u64)> {
-        entries(table.kind, bytes, values)
+    fn find(&mut self, table: &Table, name: &str) -> Option<(u64, u64)> {
+        table
+            .entries()
             .find(|e| self.str_is(e.key, name))
             .map(|e| (e.key, e.value))
     }
@@ -369,10 +371,8 @@ impl Registry<'_> {
             ty.wrapping_add(self.layout.cached_keys),
         )?;
         let values = values.wrapping_add(self.layout.values_header);
-        let (table, bytes, values) = self.table(keys, Some(values), capacity)?;
-        Ok(self
-            .find(&table, &bytes, values.as_deref(), name)
-            .map(|(_, value)| value))
+        let table = self.table(keys, Some(values), capacity)?;
+        Ok(self.find(&table, name).map(|(_, value)| value))
     }
 
     /// The text of the `str` at `object`, at most [`MAX_THREAD_NAME_BYTES`] bytes.
@@ -426,12 +426,13 @@ impl PythonProcess {
         let Some((_, active)) = r.get(globals, "_active")? else {
             return Ok(Vec::new());
         };
-        let (table, bytes, values) = r.dict(active)?;
-        if table.kind != KIND_GENERAL {
+        let table = r.dict(active)?;
+        if table.keys.kind != KIND_GENERAL {
             return Err(PythonError::Malformed("threading._active has str keys"));
         }
         // Ident to thread object: the stored hash of an int below 2**61 - 1 is the int.
-        let threads: Vec<(u64, u64)> = entries(table.kind, &bytes, values.as_deref())
+        let threads: Vec<(u64, u64)> = table
+            .entries()
             .filter_map(|e| Some((e.hash?, e.value)))
             .take(MAX_NAMED_THREADS)
             .collect();
@@ -488,69 +489,28 @@ impl PythonProcess {
     }
 }
 
-/// The Python names of one process's threads, read at most every
-/// [`THREAD_NAMES_INTERVAL`]: once at first, then again only when a thread without
-/// one is sampled.
-#[derive(Debug, Default)]
-pub struct PythonThreadNames {
-    names: HashMap<u32, Box<str>>,
-    read_at: Option<Instant>,
-    /// How many times the registry was read.
-    pub reads: u64,
-    /// Why the last reading failed (the names of the one before are kept).
-    pub error: Option<PythonError>,
-}
+impl PythonProcess {
+    /// Reads the Python names of the process's threads into `names` now (a failure is
+    /// kept there, with the names read before).
+    pub fn refresh_thread_names(&self, names: &mut PythonThreadNames) {
+        names.set(self.read_thread_names());
+    }
 
-impl PythonThreadNames {
-    /// Reads the names of `python`'s threads now.
-    pub fn read(python: &PythonProcess) -> Self {
-        let mut names = Self::default();
-        names.refresh(python);
+    /// The Python names of the process's threads, read now.
+    pub fn thread_names(&self) -> PythonThreadNames {
+        let mut names = PythonThreadNames::default();
+        self.refresh_thread_names(&mut names);
         names
     }
 
-    /// Reads the names again now.
-    pub fn refresh(&mut self, python: &PythonProcess) {
-        self.read_at = Some(Instant::now());
-        self.reads += 1;
-        match python.read_thread_names() {
-            Ok(read) => {
-                self.error = None;
-                self.names = read
-                    .into_iter()
-                    .take(MAX_NAMED_THREADS)
-                    .map(|(tid, name)| (tid, name.into_boxed_str()))
-                    .collect();
-            }
-            Err(e) => self.error = Some(e),
+    /// Thread `tid`'s Python name in `names`, read again first when it has none there
+    /// and the last reading is [`THREAD_NAMES_INTERVAL`](super::THREAD_NAMES_INTERVAL)
+    /// old.
+    pub fn thread_name<'n>(&self, names: &'n mut PythonThreadNames, tid: u32) -> Option<&'n str> {
+        if names.due(tid) {
+            self.refresh_thread_names(names);
         }
-    }
-
-    /// Thread `tid`'s Python name, read again first when it has none and the last
-    /// reading is [`THREAD_NAMES_INTERVAL`] old.
-    pub fn get(&mut self, python: &PythonProcess, tid: u32) -> Option<&str> {
-        let due = self
-            .read_at
-            .is_none_or(|at| at.elapsed() >= THREAD_NAMES_INTERVAL);
-        if due && !self.names.contains_key(&tid) {
-            self.refresh(python);
-        }
-        self.name(tid)
-    }
-
-    /// Thread `tid`'s Python name as last read (reads nothing).
-    pub fn name(&self, tid: u32) -> Option<&str> {
-        self.names.get(&tid).map(|n| &**n)
-    }
-
-    /// The threads named.
-    pub fn len(&self) -> usize {
-        self.names.len()
-    }
-
-    /// Whether no thread is named.
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
+        names.name(tid)
     }
 }
 
