@@ -242,7 +242,12 @@ impl Registry<'_> {
     fn dict(&mut self, dict: u64) -> Result<Table, PythonError> {
         let mut header = [0u8; DICT_HEADER];
         self.read("a dict", dict, &mut header)?;
-        let word = |at: usize| u64::from_ne_bytes(header[at..at + 8].try_into().unwrap_or([0; 8]));
+        let word = |at: usize| {
+            header
+                .get(at..at.saturating_add(8))
+                .and_then(|w| w.try_into().ok())
+                .map_or(0, u64::from_ne_bytes)
+        };
         if self.dict_type != 0 && word(self.offsets.ob_type as usize) != self.dict_type {
             return Err(PythonError::Malformed("a dict that is not a dict"));
         }
@@ -516,7 +521,126 @@ impl PythonProcess {
 
 #[cfg(test)]
 mod tests {
+    use super::super::offsets::PY311;
     use super::*;
+
+    /// Target memory of a few regions.
+    #[derive(Default)]
+    struct Fake(Vec<(u64, Vec<u8>)>);
+
+    impl Fake {
+        fn put(&mut self, at: u64, bytes: &[u8]) {
+            self.0.push((at, bytes.to_vec()));
+        }
+
+        fn word(&mut self, at: u64, w: u64) {
+            self.put(at, &w.to_ne_bytes());
+        }
+
+        /// A compact ASCII str of 3.11 at `at`.
+        fn str(&mut self, at: u64, text: &str) {
+            let mut b = vec![0u8; 48];
+            b[8..16].copy_from_slice(&STR_TYPE.to_ne_bytes());
+            b[16..24].copy_from_slice(&(text.len() as u64).to_ne_bytes());
+            b[32..36].copy_from_slice(&((1u32 << 2) | (1 << 5) | (1 << 6)).to_ne_bytes());
+            b.extend_from_slice(text.as_bytes());
+            self.put(at, &b);
+        }
+    }
+
+    impl TargetMemory for Fake {
+        fn read_exact_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            for (at, bytes) in self.0.iter().rev() {
+                let from = addr.wrapping_sub(*at) as usize;
+                if addr >= *at && from + buf.len() <= bytes.len() {
+                    buf.copy_from_slice(&bytes[from..from + buf.len()]);
+                    return Ok(());
+                }
+            }
+            Err(std::io::Error::from_raw_os_error(14))
+        }
+    }
+
+    const STR_TYPE: u64 = 0x50;
+    const DICT_TYPE: u64 = 0x60;
+
+    fn registry<'a>(mem: &'a Fake, offsets: &'a Offsets, left: usize) -> Registry<'a> {
+        Registry {
+            mem,
+            offsets,
+            layout: ObjectLayout::of(11),
+            left,
+            dict_type: DICT_TYPE,
+            str_type: STR_TYPE,
+        }
+    }
+
+    /// A dict at `at` of type `ty` whose keys are at `keys`.
+    fn dict(mem: &mut Fake, at: u64, ty: u64, keys_at: u64) {
+        let mut b = vec![0u8; DICT_HEADER];
+        b[8..16].copy_from_slice(&ty.to_ne_bytes());
+        b[16..24].copy_from_slice(&2u64.to_ne_bytes());
+        b[32..40].copy_from_slice(&keys_at.to_ne_bytes());
+        mem.put(at, &b);
+    }
+
+    #[test]
+    fn the_registry_reads_dicts_and_attributes_and_refuses_bad_ones() {
+        let mut mem = Fake::default();
+        mem.str(0x1000, "threading");
+        mem.str(0x1100, "other");
+        mem.put(0x2000, &keys(3, 1, &[&[0x1100, 0xaaaa], &[0x1000, 0xbbbb]]));
+        dict(&mut mem, 0x3000, DICT_TYPE, 0x2000);
+        let o = PY311;
+        let mut r = registry(&mem, &o, MAX_REGISTRY_BYTES);
+        assert_eq!(r.get(0x3000, "threading").unwrap(), Some((0x1000, 0xbbbb)));
+        assert_eq!(r.get(0x3000, "threadin").unwrap(), None);
+        // A Thread of 3.11: no dict, its values behind its values pointer, indexed by
+        // its type's cached keys.
+        mem.str(0x1200, "_target");
+        mem.str(0x1300, "_name");
+        mem.str(0x1400, "worker-0");
+        mem.put(0x4000, &keys(3, 2, &[&[0x1200, 0], &[0x1300, 0]]));
+        let (object, ty) = (0x5020u64, 0x6000u64);
+        mem.put(object - 32, &[0u8; 48]);
+        mem.word(object - 32, 0x7000);
+        mem.word(object + 8, ty);
+        mem.word(ty + TP_FLAGS, MANAGED_DICT);
+        mem.word(ty + 872, 0x4000);
+        let values: Vec<u8> = [0x99u64, 0x1400]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        mem.put(0x7000, &values);
+        let mut r = registry(&mem, &o, MAX_REGISTRY_BYTES);
+        let name = r.attribute(object, "_name").unwrap().unwrap();
+        assert_eq!(r.name(name).unwrap(), "worker-0");
+        // Not a str: refused.
+        assert!(r.name(0x2000).is_err());
+        // A dict of another type, keys that say too much, keys unmapped: errors.
+        dict(&mut mem, 0x3100, 0x70, 0x2000);
+        let mut huge = keys(3, 1, &[]);
+        huge[24..32].copy_from_slice(&u64::MAX.to_ne_bytes());
+        mem.put(0x2800, &huge);
+        dict(&mut mem, 0x3200, DICT_TYPE, 0x2800);
+        dict(&mut mem, 0x3300, DICT_TYPE, 0xdead_0000);
+        let mut r = registry(&mem, &o, MAX_REGISTRY_BYTES);
+        for bad in [0x3100, 0x3200, 0x3300, 0x9999_0000] {
+            assert!(r.get(bad, "threading").is_err(), "{bad:#x}");
+        }
+        // A budget too small: an error, not a read past it.
+        let mut r = registry(&mem, &o, 100);
+        assert!(r.get(0x3000, "threading").is_err());
+        // Offsets that point past what is read: nothing panics.
+        let far = Offsets {
+            ob_type: 1 << 20,
+            unicode_length: 1 << 20,
+            ..PY311
+        };
+        let mut r = registry(&mem, &far, MAX_REGISTRY_BYTES);
+        let _ = r.get(0x3000, "threading");
+        let _ = r.attribute(object, "_name");
+    }
 
     /// A keys object of `log2_size` slots, of `kind`, with `entries` (each its words).
     fn keys(log2_size: u8, kind: u8, entries: &[&[u64]]) -> Vec<u8> {
