@@ -365,3 +365,43 @@ fn python_without_thread_contexts() {
         );
     }
 }
+
+/// `--by thread.name` groups a Python service's samples by the names its code gave its
+/// threads (`threading.Thread(name=...)`), not by the interpreter's kernel name, under
+/// each runtime and each method: its three workers are roots of their own.
+#[test]
+fn python_thread_names_group_the_profile() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut how = vec!["--ptrace"];
+    if cfg!(feature = "ebpf") {
+        how.push("--ebpf");
+    }
+    for runtime in [
+        Runtime::Bookworm311,
+        Runtime::Embedded311,
+        Runtime::Trixie313,
+        Runtime::Sid314,
+    ] {
+        let target = start(runtime, Publisher::Nothing);
+        let dir = support::scratch(&format!("python-names-{runtime:?}"));
+        for method in &how {
+            let out = dir.join(format!("{}.folded", method.trim_start_matches('-')));
+            let args = ["--by", "thread.name", "--native", "false", method];
+            profile(&target, &out, &args);
+            let mut roots: BTreeMap<String, u64> = BTreeMap::new();
+            for (frames, n) in read_folded(&out) {
+                *roots.entry(frames[0].clone()).or_default() += n;
+            }
+            let workers: u64 = (0..3)
+                .map(|n| roots.get(&format!("worker-{n}")).copied().unwrap_or(0))
+                .sum();
+            let all: u64 = roots.values().sum();
+            assert!(
+                (0..3).all(|n| roots.contains_key(&format!("worker-{n}")))
+                    && workers * 100 >= all * 80,
+                "{} by {method}: {roots:?}",
+                target.label
+            );
+        }
+    }
+}

@@ -380,7 +380,7 @@ impl Profiler {
         }
         let mut digits = [0u8; 10];
         a.label("thread.id", decimal_into(sample.tid, &mut digits));
-        a.label("thread.name", sample.thread_name);
+        a.label("thread.name", sample.display_thread_name());
     }
 
     /// What was sampled so far, and how it went.

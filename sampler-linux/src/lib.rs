@@ -359,6 +359,12 @@ impl Sampler {
                     };
                     let taken = !s.stack.is_empty() || s.registers != UserRegisters::default();
                     let walked;
+                    let python_thread_name = match process.python.as_ref() {
+                        Some(interpreter) => {
+                            interpreter.thread_name(&mut process.python_names, s.tid)
+                        }
+                        None => None,
+                    };
                     let python = match process.python.as_mut() {
                         Some(interpreter) if s.python.is_walked() => {
                             walked = s.python.frames_into(python_frames);
@@ -373,6 +379,7 @@ impl Sampler {
                             pid: s.pid,
                             tid: s.tid,
                             thread_name: process.names.get(s.pid, s.tid),
+                            python_thread_name,
                             registers: taken.then_some(s.registers),
                             stack: s.stack,
                             context: match &s.context {

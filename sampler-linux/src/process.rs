@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::python::{PythonError, PythonProcess};
+use crate::python::{PythonError, PythonProcess, PythonThreadNames};
 use crate::stack::StackReader;
 use otel_ctx_reader::maps::ProcessMaps;
 use otel_ctx_reader::procfs;
@@ -57,6 +57,8 @@ pub struct PreparedProcess {
     /// Its CPython interpreter (`Ok(None)`: it runs none, or the sampler walks no Python
     /// frames), or why one that claims to be Python is refused.
     python: Result<Option<PythonProcess>, PythonError>,
+    /// Its threads' Python names, read once its interpreter is found.
+    python_names: PythonThreadNames,
 }
 
 impl PreparedProcess {
@@ -82,6 +84,10 @@ impl PreparedProcess {
         } else {
             Ok(None)
         };
+        let python_names = match &python {
+            Ok(Some(python)) => python.thread_names(),
+            _ => PythonThreadNames::default(),
+        };
         match reader {
             // Not being able to read the process is not a process without contexts.
             Err(ThreadError::Process(e)) => Err(e.into()),
@@ -92,6 +98,7 @@ impl PreparedProcess {
                 maps,
                 reader,
                 python,
+                python_names,
             }),
         }
     }
@@ -131,6 +138,8 @@ pub(super) struct Process {
     pub names: Names,
     /// Its CPython interpreter, whose frames each sample walks.
     pub python: Option<PythonProcess>,
+    /// Its threads' Python names (`threading.Thread(name=...)`).
+    pub python_names: PythonThreadNames,
     /// Why a process that claims to run CPython gets no Python frames.
     pub python_refusal: Option<String>,
     /// Set on evidence that its mappings or context changed.
@@ -157,6 +166,7 @@ impl Process {
             stacks: StackReader::new(prepared.pid),
             names: Names::default(),
             python,
+            python_names: prepared.python_names,
             python_refusal,
             suspect: false,
             maps_read: now,

@@ -191,6 +191,7 @@ impl Rounds {
                     stacks,
                     names,
                     python,
+                    python_names,
                     suspect,
                     ..
                 } = &mut *process;
@@ -242,6 +243,10 @@ impl Rounds {
                     (Some(_), Some(stack)) => stack.bytes(),
                     _ => &[],
                 };
+                let python_thread_name = match python.as_ref() {
+                    Some(interpreter) => interpreter.thread_name(python_names, tid),
+                    None => None,
+                };
                 let python = match (walked.as_ref(), python.as_mut()) {
                     (Some(walked), Some(interpreter)) => {
                         let frames = walked.as_ref().map(|()| python_frames.frames());
@@ -254,6 +259,7 @@ impl Rounds {
                     pid,
                     tid,
                     thread_name: names.get(pid, tid),
+                    python_thread_name,
                     registers,
                     stack,
                     context: match &context {

@@ -19,6 +19,11 @@ pub struct Sample<'a> {
     /// Its name (`/proc/<pid>/task/<tid>/comm`, read once per thread), empty when it
     /// could not be read.
     pub thread_name: &'a str,
+    /// The name its Python code gave it (`threading.Thread(name=...)`), when its process
+    /// runs CPython and the thread is in `threading`'s registry
+    /// ([`PythonThreadNames`](crate::python::PythonThreadNames)); `None` otherwise,
+    /// or when the registry could not be read.
+    pub python_thread_name: Option<&'a str>,
     /// Its user registers, when the sampler copies stacks and could take them.
     pub registers: Option<UserRegisters>,
     /// The top of its user stack, from the stack pointer up (empty without registers).
@@ -59,6 +64,7 @@ impl<'a> Sample<'a> {
             pid,
             tid,
             thread_name,
+            python_thread_name: None,
             registers,
             stack,
             context: Ok(None),
@@ -72,6 +78,19 @@ impl<'a> Sample<'a> {
     pub fn with_context(mut self, context: Option<ThreadContextRef<'a>>) -> Self {
         self.context = Ok(context);
         self
+    }
+
+    /// Sets [`python_thread_name`](Self::python_thread_name).
+    #[must_use]
+    pub const fn with_python_thread_name(mut self, name: Option<&'a str>) -> Self {
+        self.python_thread_name = name;
+        self
+    }
+
+    /// The name a profile gives the thread: its Python name when it has one, else its
+    /// kernel name.
+    pub fn display_thread_name(&self) -> &'a str {
+        self.python_thread_name.unwrap_or(self.thread_name)
     }
 
     /// Sets [`weight_ns`](Self::weight_ns).

@@ -23,6 +23,8 @@ mod error;
 mod frame;
 mod names;
 mod offsets;
+mod thread_names;
+mod threads;
 mod walk;
 
 use std::ops::Range;
@@ -46,6 +48,10 @@ pub use names::{
     CodeCache, CodeInfo, MAX_CACHED_CODES, MAX_CACHE_BYTES, MAX_LINE_TABLE, MAX_NAME_CHARS,
 };
 pub use offsets::{Offsets, PythonVersion};
+pub use thread_names::{
+    PythonThreadNames, MAX_NAMED_THREADS, MAX_REGISTRY_BYTES, MAX_THREAD_NAME_BYTES,
+    THREAD_NAMES_INTERVAL,
+};
 
 /// CPython's thread-local current thread state (3.12 on).
 pub const TSTATE_SYMBOL: &str = "_Py_tss_tstate";

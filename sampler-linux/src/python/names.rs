@@ -157,6 +157,16 @@ pub(crate) fn read_str(
     offsets: &Offsets,
     object: u64,
 ) -> Result<String, PythonError> {
+    read_str_max(mem, offsets, object, MAX_NAME_CHARS)
+}
+
+/// Like [`read_str`], cut at `max_chars` characters.
+pub(crate) fn read_str_max(
+    mem: &dyn TargetMemory,
+    offsets: &Offsets,
+    object: u64,
+    max_chars: usize,
+) -> Result<String, PythonError> {
     let length = read_word(
         mem,
         "a str object",
@@ -181,7 +191,7 @@ pub(crate) fn read_str(
     } else {
         offsets.unicode_compact_size
     });
-    let chars = (length as usize).min(MAX_NAME_CHARS);
+    let chars = (length as usize).min(max_chars);
     let mut bytes = vec![0u8; chars * kind as usize];
     mem.read_exact_at(data, &mut bytes)
         .map_err(|_| PythonError::Memory {

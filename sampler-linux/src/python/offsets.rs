@@ -65,8 +65,13 @@ pub struct Offsets {
     pub runtime_interpreters_head: u64,
     /// `PyInterpreterState.threads.head`.
     pub interp_threads_head: u64,
+    /// `PyInterpreterState.modules` (3.11) or `imports.modules` (3.13 on): the
+    /// interpreter's `sys.modules`.
+    pub interp_modules: u64,
     /// `PyThreadState.next`.
     pub tstate_next: u64,
+    /// `PyThreadState.thread_id`: the thread's `pthread_self()`, its ident in Python.
+    pub tstate_thread_id: u64,
     /// `PyThreadState.native_thread_id`.
     pub tstate_native_thread_id: u64,
     /// 3.11: `PyThreadState.cframe`, a `_PyCFrame` whose `current_frame` is the frame;
@@ -127,10 +132,16 @@ pub(crate) const PY311: Offsets = Offsets {
     // Include/internal/pycore_interp.h: `struct _is { PyInterpreterState *next; struct
     // pythreads { uint64_t next_unique_id; PyThreadState *head; ...} threads; ...}`.
     interp_threads_head: 16,
+    // Include/internal/pycore_interp.h: `PyObject *modules`, after the interpreter's
+    // `ceval`, `gc` and `imports` state (measured against Debian's 3.11: the word there
+    // is `id(sys.modules)`).
+    interp_modules: 888,
     // Include/cpython/pystate.h: `struct _ts { PyThreadState *prev; PyThreadState
     // *next; PyInterpreterState *interp; ...}`.
     tstate_next: 8,
-    // Include/cpython/pystate.h: `unsigned long native_thread_id`, after `thread_id`.
+    // Include/cpython/pystate.h: `unsigned long thread_id; unsigned long
+    // native_thread_id;`.
+    tstate_thread_id: 152,
     tstate_native_thread_id: 160,
     // Include/cpython/pystate.h: `_PyCFrame *cframe`.
     tstate_cframe: Some(56),
@@ -230,6 +241,7 @@ pub(crate) fn from_debug_offsets(
         13 => DebugLayout {
             runtime: 3,
             interp: 6,
+            interp_modules: 5,
             tstate: 19,
             frame: 28,
             code: 34,
@@ -240,6 +252,8 @@ pub(crate) fn from_debug_offsets(
         14 => DebugLayout {
             runtime: 3,
             interp: 6,
+            // 3.14 adds `threads_main` after `threads_head`.
+            interp_modules: 6,
             tstate: 22,
             frame: 31,
             code: 39,
@@ -277,7 +291,9 @@ pub(crate) fn from_debug_offsets(
     let offsets = Offsets {
         runtime_interpreters_head: field(l.runtime, 2)?,
         interp_threads_head: field(l.interp, 3)?,
+        interp_modules: field(l.interp, l.interp_modules)?,
         tstate_next: field(l.tstate, 2)?,
+        tstate_thread_id: field(l.tstate, 5)?,
         tstate_native_thread_id: field(l.tstate, 6)?,
         tstate_cframe: None,
         current_frame: field(l.tstate, 4)?,
@@ -320,6 +336,8 @@ pub(crate) fn from_debug_offsets(
 struct DebugLayout {
     runtime: usize,
     interp: usize,
+    /// `imports_modules`, in words from the start of the interpreter's structure.
+    interp_modules: usize,
     tstate: usize,
     frame: usize,
     code: usize,
@@ -344,8 +362,8 @@ mod tests {
             }
         };
         put(3, 316_000, &[(2, 632)]);
-        put(6, 8000, &[(3, 7344)]);
-        put(19, 300, &[(2, 8), (4, 72), (6, 160)]);
+        put(6, 8000, &[(3, 7344), (5, 7656)]);
+        put(19, 300, &[(2, 8), (4, 72), (5, 152), (6, 160)]);
         put(28, 80, &[(1, 8), (2, 0), (3, 56), (5, 70)]);
         put(34, 208, &[(1, 112), (3, 128), (4, 136), (5, 68), (9, 200)]);
         put(44, 16, &[(1, 8)]);
@@ -372,6 +390,7 @@ mod tests {
             (56, 70, 200)
         );
         assert_eq!((o.code_firsttraceable, o.unicode_compact_size), (184, 56));
+        assert_eq!((o.interp_modules, o.tstate_thread_id), (7656, 152));
         // Another version's table, a wrong cookie, an offset outside its structure.
         let v314 = PythonVersion::from_hex(0x030e_00f0);
         assert!(from_debug_offsets(&table_313(), v314).is_err());
