@@ -271,22 +271,31 @@ fn splice(
             .filter(|&n| native.evaluates(n, None))
             .count()
             == runs.len() + 1;
+    // The native frame each run replaces, in order (runs not found stay out).
+    let mut calls = Vec::with_capacity(runs.len());
+    for n in 0..native.frames.len() {
+        let Some(run) = runs.get(calls.len()) else {
+            break;
+        };
+        if between && native.evaluates(n, None) {
+            between = false;
+        } else if native.evaluates(n, run.2) {
+            calls.push(n);
+        }
+    }
+    // The interpreter's own frames are left out above the outermost call found (none
+    // when no run found its call: then where Python runs is not known).
+    let outermost = calls.last().copied();
     let mut next = 0;
     for (n, &frame) in native.frames.iter().enumerate() {
-        if let Some(&run) = runs.get(next) {
-            if between && native.evaluates(n, None) {
-                between = false;
-            } else if native.evaluates(n, run.2) {
-                put(out, run);
-                next += 1;
-                continue;
-            }
-        }
-        if keep_native && (next >= runs.len() || !internal(&frame)) {
+        if calls.get(next) == Some(&n) {
+            put(out, runs[next]);
+            next += 1;
+        } else if keep_native && !(outermost.is_some_and(|o| n < o) && internal(&frame)) {
             out.push(frame);
         }
     }
-    for &run in &runs[next.min(runs.len())..] {
+    for &run in &runs[next..] {
         put(out, run);
     }
     spliced
@@ -461,6 +470,32 @@ mod tests {
         let internal = |f: &StackFrame| f.mapping == 1;
         splice(&by_eval, &frames, (true, &internal), &mut out, &mut intern);
         assert_eq!(shown(&out), ["0x901", "py1", "0x321", "0x331", "0x101"]);
+        // Without the evaluation loop's symbol no run finds its call: where Python
+        // runs is not known, and every native frame stays.
+        let unknown = Native {
+            eval: None,
+            ..by_eval
+        };
+        splice(&unknown, &frames, (true, &internal), &mut out, &mut intern);
+        assert_eq!(
+            shown(&out),
+            ["0x901", "0x301", "0x311", "0x511", "0x321", "0x331", "0x101", "py1"]
+        );
+        let from_interpreter = Native {
+            frames: &stack[1..],
+            ..unknown
+        };
+        splice(
+            &from_interpreter,
+            &frames,
+            (true, &internal),
+            &mut out,
+            &mut intern,
+        );
+        assert_eq!(
+            shown(&out),
+            ["0x301", "0x311", "0x511", "0x321", "0x331", "0x101", "py1"]
+        );
         // Kept on request.
         splice(&by_eval, &frames, KEEP, &mut out, &mut intern);
         assert_eq!(
