@@ -75,13 +75,15 @@ fn names(runtime: Runtime) {
         "{}: {read:?}",
         target.label
     );
+    // Read again from where the first reading found the registry, as the sampler does.
+    let mut names = python.thread_names();
+    python.refresh_thread_names(&mut names);
+    assert_eq!(names.reads, 2, "{}", target.label);
+    assert!(names.error.is_none(), "{}: {:?}", target.label, names.error);
     for (n, tid) in target.workers.iter().enumerate() {
-        assert_eq!(
-            read.get(tid),
-            Some(&format!("worker-{n}")),
-            "{}",
-            target.label
-        );
+        let name = format!("worker-{n}");
+        assert_eq!(read.get(tid), Some(&name), "{}", target.label);
+        assert_eq!(names.name(*tid), Some(name.as_str()), "{}", target.label);
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::error::PythonError;
+use super::threads::RegistryAt;
 
 /// The most threads whose Python names are kept per process.
 pub const MAX_NAMED_THREADS: usize = 256;
@@ -27,6 +28,8 @@ pub const THREAD_NAMES_INTERVAL: Duration = Duration::from_secs(1);
 pub struct PythonThreadNames {
     names: HashMap<u32, Box<str>>,
     read_at: Option<Instant>,
+    /// Where the last reading found the registry.
+    pub(crate) registry: Option<RegistryAt>,
     /// How many times the registry was read.
     pub reads: u64,
     /// Why the last reading failed (the names of the one before are kept).

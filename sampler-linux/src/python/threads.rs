@@ -208,25 +208,49 @@ impl Table {
     }
 }
 
+/// Where a process's registry was found: `threading._active` (a dict a module global
+/// holds for the process's life), and `PyDict_Type` and `PyUnicode_Type` as the
+/// target's `sys.modules` showed them. Kept from one reading to the next, so that
+/// `sys.modules` is looked through once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RegistryAt {
+    active: u64,
+    dict_type: u64,
+    str_type: u64,
+}
+
 /// One reading of the registry: the target, its layouts, and the bytes still allowed.
 struct Registry<'a> {
     mem: &'a dyn TargetMemory,
     offsets: &'a Offsets,
     layout: ObjectLayout,
     left: usize,
+    /// Set when a read was refused for the budget: the reading stops there.
+    exhausted: bool,
     /// `PyDict_Type` and `PyUnicode_Type`, as the target's `sys.modules` shows them.
     dict_type: u64,
     str_type: u64,
 }
 
 impl Registry<'_> {
+    /// Takes `bytes` from what is left of the budget.
+    fn spend(&mut self, bytes: usize) -> Result<(), PythonError> {
+        match self.left.checked_sub(bytes) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => {
+                self.exhausted = true;
+                Err(PythonError::Malformed(
+                    "the thread registry is larger than its read budget",
+                ))
+            }
+        }
+    }
+
     fn read(&mut self, what: &'static str, at: u64, buf: &mut [u8]) -> Result<(), PythonError> {
-        self.left = self
-            .left
-            .checked_sub(buf.len())
-            .ok_or(PythonError::Malformed(
-                "the thread registry is larger than its read budget",
-            ))?;
+        self.spend(buf.len())?;
         self.mem
             .read_exact_at(at, buf)
             .map_err(|_| PythonError::Memory { what, address: at })
@@ -387,12 +411,7 @@ impl Registry<'_> {
         if ty != self.str_type {
             return Err(PythonError::Malformed("a thread name that is not a str"));
         }
-        self.left = self
-            .left
-            .checked_sub(MAX_THREAD_NAME_BYTES * 4 + 64)
-            .ok_or(PythonError::Malformed(
-                "the thread registry is larger than its read budget",
-            ))?;
+        self.spend(MAX_THREAD_NAME_BYTES * 4 + 64)?;
         let mut text = read_str_max(self.mem, self.offsets, object, MAX_THREAD_NAME_BYTES)?;
         if text.len() > MAX_THREAD_NAME_BYTES {
             let mut end = MAX_THREAD_NAME_BYTES;
@@ -410,29 +429,41 @@ impl PythonProcess {
     /// `_name` of each `Thread` in `threading._active` whose ident a thread state of the
     /// main interpreter has. Empty when the program never imported `threading`.
     pub fn read_thread_names(&self) -> Result<Vec<(u32, String)>, PythonError> {
+        self.read_thread_names_at(&mut None)
+    }
+
+    /// [`read_thread_names`](Self::read_thread_names), from the registry `at` that an
+    /// earlier reading found when there is one (looked for again when it no longer
+    /// reads as a dict); leaves in `at` where the registry is (`None` without
+    /// `threading`).
+    pub(crate) fn read_thread_names_at(
+        &self,
+        at: &mut Option<RegistryAt>,
+    ) -> Result<Vec<(u32, String)>, PythonError> {
         let mut r = Registry {
             mem: &self.memory,
             offsets: &self.offsets,
             layout: ObjectLayout::of(self.version.minor),
             left: MAX_REGISTRY_BYTES,
+            exhausted: false,
             dict_type: 0,
             str_type: 0,
         };
         let interp = self.interpreter_head()?;
-        let modules = r.word(
-            "PyInterpreterState.modules",
-            interp.wrapping_add(self.offsets.interp_modules),
-        )?;
-        r.dict_type = r.word("sys.modules", modules.wrapping_add(self.offsets.ob_type))?;
-        let Some((key, threading)) = r.get(modules, "threading")? else {
-            return Ok(Vec::new());
+        let known = at.and_then(|known| {
+            (r.dict_type, r.str_type) = (known.dict_type, known.str_type);
+            r.dict(known.active).ok()
+        });
+        let table = match known {
+            Some(table) => table,
+            None => {
+                *at = self.find_registry(&mut r, interp)?;
+                match *at {
+                    Some(found) => r.dict(found.active)?,
+                    None => return Ok(Vec::new()),
+                }
+            }
         };
-        r.str_type = r.word("a str's type", key.wrapping_add(self.offsets.ob_type))?;
-        let globals = r.word("the threading module", threading.wrapping_add(MODULE_DICT))?;
-        let Some((_, active)) = r.get(globals, "_active")? else {
-            return Ok(Vec::new());
-        };
-        let table = r.dict(active)?;
         if table.keys.kind != KIND_GENERAL {
             return Err(PythonError::Malformed("threading._active has str keys"));
         }
@@ -456,11 +487,35 @@ impl PythonProcess {
             };
             match name {
                 Ok(name) => names.push((tid, name)),
-                Err(PythonError::Malformed(why)) if why.contains("budget") => break,
+                Err(_) if r.exhausted => break,
                 Err(_) => {}
             }
         }
         Ok(names)
+    }
+
+    /// Where `threading._active` is, through `sys.modules` (`None` when the program
+    /// never imported `threading`); sets `r`'s dict and str types.
+    fn find_registry(
+        &self,
+        r: &mut Registry<'_>,
+        interp: u64,
+    ) -> Result<Option<RegistryAt>, PythonError> {
+        let modules = r.word(
+            "PyInterpreterState.modules",
+            interp.wrapping_add(self.offsets.interp_modules),
+        )?;
+        r.dict_type = r.word("sys.modules", modules.wrapping_add(self.offsets.ob_type))?;
+        let Some((key, threading)) = r.get(modules, "threading")? else {
+            return Ok(None);
+        };
+        r.str_type = r.word("a str's type", key.wrapping_add(self.offsets.ob_type))?;
+        let globals = r.word("the threading module", threading.wrapping_add(MODULE_DICT))?;
+        Ok(r.get(globals, "_active")?.map(|(_, active)| RegistryAt {
+            active,
+            dict_type: r.dict_type,
+            str_type: r.str_type,
+        }))
     }
 
     /// The kernel thread id of each thread state of the interpreter at `interp`, by its
@@ -499,7 +554,8 @@ impl PythonProcess {
     /// Reads the Python names of the process's threads into `names` now (a failure is
     /// kept there, with the names read before).
     pub fn refresh_thread_names(&self, names: &mut PythonThreadNames) {
-        names.set(self.read_thread_names());
+        let read = self.read_thread_names_at(&mut names.registry);
+        names.set(read);
     }
 
     /// The Python names of the process's threads, read now.
@@ -571,6 +627,7 @@ mod tests {
             offsets,
             layout: ObjectLayout::of(11),
             left,
+            exhausted: false,
             dict_type: DICT_TYPE,
             str_type: STR_TYPE,
         }
@@ -632,6 +689,7 @@ mod tests {
         // A budget too small: an error, not a read past it.
         let mut r = registry(&mem, &o, 100);
         assert!(r.get(0x3000, "threading").is_err());
+        assert!(r.exhausted, "a refusal for the budget says so");
         // Offsets that point past what is read: nothing panics.
         let far = Offsets {
             ob_type: 1 << 20,
