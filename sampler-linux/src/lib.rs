@@ -359,12 +359,9 @@ impl Sampler {
                     };
                     let taken = !s.stack.is_empty() || s.registers != UserRegisters::default();
                     let walked;
-                    let python_thread_name = match process.python.as_ref() {
-                        Some(interpreter) => {
-                            interpreter.thread_name(&mut process.python_names, s.tid)
-                        }
-                        None => None,
-                    };
+                    let python_thread_name = process.python.as_ref().and_then(|interpreter| {
+                        interpreter.thread_name(&mut process.python_names, s.tid)
+                    });
                     let python = match process.python.as_mut() {
                         Some(interpreter) if s.python.is_walked() => {
                             walked = s.python.frames_into(python_frames);

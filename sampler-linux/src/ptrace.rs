@@ -105,29 +105,21 @@ impl Rounds {
                 .is_some_and(|s| s.is_running())
                 .then_some(0);
         };
-        let Some(&before) = self.cpu_before.get(&(pid, tid)) else {
-            self.cpu_now
-                .insert((pid, tid), CpuSeen { at: now, owed: 0 });
-            return None;
+        let counted = CpuSeen { at: now, owed: 0 };
+        let (seen, weight) = match self.cpu_before.get(&(pid, tid)) {
+            Some(&before) => match now.checked_sub(before.at) {
+                Some(ran) if ran > before.owed => (counted, Some(ran)),
+                // Idle, or running only for the last sample: counted later, from the
+                // same time.
+                Some(_) => (before, None),
+                // A counter that went back starts again from its new value.
+                None => (counted, None),
+            },
+            // Seen for the first time: its baseline.
+            None => (counted, None),
         };
-        match now.checked_sub(before.at) {
-            Some(ran) if ran > before.owed => {
-                self.cpu_now
-                    .insert((pid, tid), CpuSeen { at: now, owed: 0 });
-                Some(ran)
-            }
-            // Idle, or running only for the last sample: counted later, from the same
-            // time (a counter that went back starts again from its new value).
-            Some(_) => {
-                self.cpu_now.insert((pid, tid), before);
-                None
-            }
-            None => {
-                self.cpu_now
-                    .insert((pid, tid), CpuSeen { at: now, owed: 0 });
-                None
-            }
-        }
+        self.cpu_now.insert((pid, tid), seen);
+        weight
     }
 
     /// The interval after a round: uniform between half and one and a half periods.
@@ -243,10 +235,9 @@ impl Rounds {
                     (Some(_), Some(stack)) => stack.bytes(),
                     _ => &[],
                 };
-                let python_thread_name = match python.as_ref() {
-                    Some(interpreter) => interpreter.thread_name(python_names, tid),
-                    None => None,
-                };
+                let python_thread_name = python
+                    .as_ref()
+                    .and_then(|interpreter| interpreter.thread_name(python_names, tid));
                 let python = match (walked.as_ref(), python.as_mut()) {
                     (Some(walked), Some(interpreter)) => {
                         let frames = walked.as_ref().map(|()| python_frames.frames());
