@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::error::PythonError;
-use super::threads::RegistryAt;
 
 /// The most threads whose Python names are kept per process.
 pub const MAX_NAMED_THREADS: usize = 256;
@@ -19,6 +18,17 @@ pub const MAX_REGISTRY_BYTES: usize = 1 << 20;
 /// How often, at most, the registry of one process is read again (for a sampled thread
 /// that has no Python name yet).
 pub const THREAD_NAMES_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Where a process's registry was found: `threading._active` (a dict a module global
+/// holds for the process's life), and `PyDict_Type` and `PyUnicode_Type` as the
+/// target's `sys.modules` showed them. Kept from one reading to the next, so that
+/// `sys.modules` is looked through once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RegistryAt {
+    pub active: u64,
+    pub dict_type: u64,
+    pub str_type: u64,
+}
 
 /// The Python names of one process's threads, as
 /// [`PythonProcess::thread_name`](super::PythonProcess::thread_name) reads them: once at

@@ -19,7 +19,7 @@ use super::frame::MAX_PYTHON_THREADS;
 use super::names::read_str_max;
 use super::offsets::Offsets;
 use super::thread_names::{
-    PythonThreadNames, MAX_NAMED_THREADS, MAX_REGISTRY_BYTES, MAX_THREAD_NAME_BYTES,
+    PythonThreadNames, RegistryAt, MAX_NAMED_THREADS, MAX_REGISTRY_BYTES, MAX_THREAD_NAME_BYTES,
 };
 use super::PythonProcess;
 use otel_ctx_reader::thread::tls::TargetMemory;
@@ -206,17 +206,6 @@ impl Table {
     fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
         entries(self.keys.kind, &self.entries, self.values.as_deref())
     }
-}
-
-/// Where a process's registry was found: `threading._active` (a dict a module global
-/// holds for the process's life), and `PyDict_Type` and `PyUnicode_Type` as the
-/// target's `sys.modules` showed them. Kept from one reading to the next, so that
-/// `sys.modules` is looked through once.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct RegistryAt {
-    active: u64,
-    dict_type: u64,
-    str_type: u64,
 }
 
 /// One reading of the registry: the target, its layouts, and the bytes still allowed.
