@@ -211,6 +211,11 @@ python3 scripts/import-cycles.py
 echo "dependency rules hold"
 
 step "the crates meant for crates.io package, and build from their tarballs"
+# Cargo unpacks the tarballs of its temporary registry under CARGO_HOME, in a folder named
+# after the clone's path, and does not unpack them again when that folder exists: a second
+# clone at the same path would build the first one's sources. Those folders (the only ones
+# of a registry without a name, hence the leading dash) go before every packaging.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*
 cargo package --workspace --allow-dirty --exclude otel-ctx-conformance-helpers \
   --exclude otel-ctx-examples --exclude otel-ctx-ffi-bench 2>&1 | grep -v "^warning: ignoring"
 
