@@ -2,14 +2,15 @@
 //! module's names, a perf map's for code in no module), every `[unknown]` frame counted
 //! by its cause, every label spelled out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
 
 use crate::aggregate::StackFrame;
 use crate::profiler::{MappingRecord, Profiler};
 use crate::python::PYTHON_MAPPING;
 use crate::source::perf_map::PerfMap;
 use crate::source::{SymbolProblem, UnknownCause};
-use crate::{hex, Entry, FrameKind, LabelSet, Location, Mapping, Profile};
+use crate::{hex, DebugInfoStats, Entry, FrameKind, LabelSet, Location, Mapping, Profile};
 
 /// What symbolizing a profile's frames found, beside the names.
 #[derive(Default)]
@@ -85,6 +86,7 @@ impl Profiler {
         let mut stats = self.stats();
         stats.unknown_frames = found.unknown;
         stats.symbol_problems = self.symbol_problems(&mappings);
+        stats.debug_info = self.debug_info(mapping_index.keys());
         if let Some(Some(map)) = found.perf_map {
             if let Some(problem) = &map.stats.problem {
                 stats.symbol_problems.push(SymbolProblem {
@@ -113,6 +115,27 @@ impl Profiler {
             entries,
             stats,
         }
+    }
+
+    /// The DWARF of the modules of mappings `ids`, each module once.
+    fn debug_info<'a>(&self, ids: impl Iterator<Item = &'a u32>) -> DebugInfoStats {
+        let mut seen = HashSet::new();
+        let mut out = DebugInfoStats::default();
+        for id in ids {
+            let Some(Ok(module)) = self.mappings.get(*id as usize).map(|r| &r.module) else {
+                continue;
+            };
+            if !seen.insert(Rc::as_ptr(module)) {
+                continue;
+            }
+            if let Some(dwarf) = &module.names.borrow().dwarf {
+                out.modules += 1;
+                out.bytes += dwarf.bytes() as u64;
+                out.units += dwarf.units();
+                out.units_parsed += dwarf.units_parsed();
+            }
+        }
+        out
     }
 
     fn profile_mapping(

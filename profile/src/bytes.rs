@@ -7,9 +7,6 @@ use std::sync::Arc;
 /// The gimli reader of a module's DWARF: section bytes owned by the module.
 pub(crate) type DwarfReader = gimli::EndianArcSlice<gimli::LittleEndian>;
 
-/// A module's DWARF, ready to look addresses up in.
-pub(crate) type DwarfContext = addr2line::Context<DwarfReader>;
-
 /// Section bytes owned by a module and shared, without copying, with the unwinder.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Bytes(Arc<[u8]>);

@@ -16,6 +16,7 @@ use object::{CompressionFormat, Endianness, Object, ObjectSection, ReadRef};
 
 use crate::arch::Arch;
 use crate::bytes::{Bytes, DwarfReader};
+use crate::dwarf::Dwarf;
 
 /// An ELF file as `object` parses it, over bytes of any origin.
 pub(crate) type Elf<'a, R> = ElfFile64<'a, Endianness, R>;
@@ -27,6 +28,31 @@ pub(crate) struct Segment {
     pub offset: u64,
     pub filesz: u64,
     pub executable: bool,
+}
+
+/// The zlib stream `data`, inflated to at most `size` bytes (the size its header claims,
+/// already within the budget) in one allocation of that size: no growing buffer holds a
+/// large section twice. A stream that ends short gives what it holds.
+fn inflate(data: &[u8], size: u64) -> Result<Arc<[u8]>, String> {
+    let size = usize::try_from(size).map_err(|_| format!("claims {size} bytes uncompressed"))?;
+    let mut out: Arc<[u8]> = std::iter::repeat_n(0u8, size).collect();
+    let Some(buf) = Arc::get_mut(&mut out) else {
+        return Err("the section's buffer is shared".into());
+    };
+    let mut decoder = flate2::read::ZlibDecoder::new(data);
+    let mut filled = 0;
+    while filled < buf.len() {
+        match decoder.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("zlib: {e}")),
+        }
+    }
+    Ok(match filled == out.len() {
+        true => out,
+        false => Arc::from(&out[..filled]),
+    })
 }
 
 /// The sections framehop unwinds with, and the addresses it needs to read them.
@@ -148,12 +174,7 @@ pub(crate) fn section_bytes<'a, R: ReadRef<'a>>(
                     compressed.uncompressed_size
                 ));
             }
-            let mut out = Vec::new();
-            flate2::read::ZlibDecoder::new(compressed.data)
-                .take(compressed.uncompressed_size)
-                .read_to_end(&mut out)
-                .map_err(|e| format!("zlib: {e}"))?;
-            out.into()
+            inflate(compressed.data, compressed.uncompressed_size)?
         }
         _ => return Err("compressed in a format this profiler does not read".into()),
     };
@@ -199,14 +220,15 @@ pub(crate) fn has_dwarf<'a, R: ReadRef<'a>>(elf: &Elf<'a, R>) -> bool {
         .is_some_and(|s| s.kind() != object::SectionKind::UninitializedData)
 }
 
-/// The DWARF sections, read under what is `left` of the budget, as an addr2line
-/// context. Location lists (`.debug_loc`, `.debug_loclists`: where variables live) are
+/// The DWARF sections, read under what is `left` of the budget, with the index of their
+/// units ([`Dwarf`]: a unit is parsed when an address first falls in it). Location lists (`.debug_loc`, `.debug_loclists`: where variables live) are
 /// not read: naming frames never looks at them, and they are a good part of a debug
 /// file (1.4 of libc's 10 MiB of DWARF).
 pub(crate) fn read_dwarf<'a, R: ReadRef<'a>>(
     elf: &Elf<'a, R>,
     left: &dyn Fn() -> u64,
-) -> Result<addr2line::Context<DwarfReader>, String> {
+) -> Result<Dwarf, String> {
+    let total = std::cell::Cell::new(0usize);
     let load = |id: gimli::SectionId| -> Result<DwarfReader, String> {
         let unused = matches!(
             id,
@@ -217,13 +239,14 @@ pub(crate) fn read_dwarf<'a, R: ReadRef<'a>>(
             false => section_bytes(elf, id.name(), left())?,
         };
         let bytes = match read {
-            Some((_, bytes)) => bytes.into_arc(),
+            Some((_, read)) => read.into_arc(),
             None => Arc::from(&[][..]),
         };
+        total.set(total.get() + bytes.len());
         Ok(gimli::EndianArcSlice::new(bytes, gimli::LittleEndian))
     };
-    let dwarf = gimli::Dwarf::load(load)?;
-    addr2line::Context::from_dwarf(dwarf).map_err(|e| format!("malformed DWARF ({e})"))
+    let sections = gimli::DwarfSections::load(load)?;
+    Dwarf::new(sections, total.get())
 }
 
 /// What `.gnu_debuglink` says: the separate debug file's name and the CRC-32 of its

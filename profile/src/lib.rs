@@ -81,6 +81,7 @@ mod aggregate;
 mod arch;
 mod assemble;
 mod bytes;
+mod dwarf;
 mod elf;
 #[cfg(feature = "http")]
 pub mod export;
@@ -106,7 +107,9 @@ pub use folded::FoldedOptions;
 pub use format::Format;
 pub use module::{CacheLimits, CacheStats, ModuleCache, ModuleKey};
 pub use output::{OutputError, Outputs};
-pub use profile::{Entry, FrameKind, LabelSet, Location, Mapping, Profile, SkippedModule, Stats};
+pub use profile::{
+    DebugInfoStats, Entry, FrameKind, LabelSet, Location, Mapping, Profile, SkippedModule, Stats,
+};
 pub use profiler::Profiler;
 pub use python::{PythonStats, MAX_PYTHON_LOCATIONS};
 pub use sample::{Filter, ProfileOptions, SampleOutcome, DEFAULT_MAX_DEPTH, DEFAULT_PERIOD_NS};

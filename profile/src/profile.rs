@@ -256,6 +256,24 @@ pub struct Stats {
     pub perf_map: Option<PerfMapStats>,
     /// The Python frames: samples that had them, frames spliced in, failures by reason.
     pub python: crate::PythonStats,
+    /// The DWARF of the profile's modules (filled in by
+    /// [`Profiler::profile`](crate::Profiler::profile)).
+    pub debug_info: DebugInfoStats,
+}
+
+/// The DWARF the profile's modules keep: what their sections cost, and how many of their
+/// compilation units the profile's frames made the profiler parse.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DebugInfoStats {
+    /// Modules with DWARF.
+    pub modules: usize,
+    /// The bytes of their DWARF sections, kept for looking addresses up.
+    pub bytes: u64,
+    /// Their compilation units.
+    pub units: usize,
+    /// Those parsed (and kept) so far.
+    pub units_parsed: usize,
 }
 
 impl Stats {

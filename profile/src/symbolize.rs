@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use object::{Object, ObjectSymbol, ReadRef, SymbolKind};
 
-use crate::bytes::DwarfContext;
+use crate::dwarf::Dwarf;
 use crate::elf::Elf;
 use crate::plt;
 
@@ -16,9 +16,6 @@ const MAX_SYMBOLS: usize = 1 << 22;
 
 /// Longest name kept, in bytes: a longer one is cut (and not demangled).
 const MAX_NAME: usize = 4096;
-
-/// Most inlined frames reported for one address.
-const MAX_INLINE_DEPTH: usize = 64;
 
 /// How far past a symbol of unknown size an address may lie and still be given its
 /// name, when no other symbol follows.
@@ -216,30 +213,11 @@ pub(crate) fn demangle(name: &str) -> String {
 /// innermost first; empty when nothing names it.
 pub(crate) fn resolve(
     symbols: &SymbolTable,
-    dwarf: Option<&DwarfContext>,
+    dwarf: Option<&Dwarf>,
     svma: u64,
     lines: bool,
 ) -> Vec<Symbol> {
-    let mut out = Vec::new();
-    if let Some(context) = dwarf {
-        if let Ok(mut frames) = context.find_frames(svma).skip_all_loads() {
-            while let Ok(Some(frame)) = frames.next() {
-                if out.len() >= MAX_INLINE_DEPTH {
-                    break;
-                }
-                let name = frame
-                    .function
-                    .as_ref()
-                    .and_then(|f| f.demangle().ok())
-                    .map(Cow::into_owned);
-                let (file, line) = match (&frame.location, lines) {
-                    (Some(location), true) => (location.file.map(str::to_owned), location.line),
-                    _ => (None, None),
-                };
-                out.push((name, file, line));
-            }
-        }
-    }
+    let out = dwarf.map(|d| d.frames(svma, lines)).unwrap_or_default();
     let table_name = || symbols.lookup(svma).map(|(name, _)| demangle(name));
     if out.is_empty() {
         return table_name()

@@ -107,6 +107,12 @@ fn local_sources_name_libc_the_vdso_and_minidebuginfo() {
         "{:?}",
         libc.sources
     );
+    // Its DWARF (thousands of compilation units) parsed only where the frames fell.
+    let dwarf = profile.stats.debug_info;
+    assert!(
+        dwarf.modules >= 1 && dwarf.units_parsed >= 1 && dwarf.units_parsed * 10 < dwarf.units,
+        "{dwarf:?}"
+    );
 
     // The vDSO: its frame named, its caller named, and the walk on to clock_loop.
     let clock = stacks(&profile, "clock");

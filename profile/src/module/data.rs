@@ -9,7 +9,7 @@ use std::rc::Rc;
 use otel_ctx_reader::maps::FileRange;
 
 use crate::arch::Arch;
-use crate::bytes::DwarfContext;
+use crate::dwarf::Dwarf;
 use crate::elf::{Head, Segment, UnwindSections};
 use crate::hex;
 use crate::source::{DebugNames, Missing, SymbolSource, UnknownCause};
@@ -42,7 +42,7 @@ impl fmt::Display for ModuleKey {
 /// that completed them (a debug file, MiniDebugInfo, debuginfod).
 pub(crate) struct Names {
     pub symbols: SymbolTable,
-    pub dwarf: Option<DwarfContext>,
+    pub dwarf: Option<Dwarf>,
     /// Why the DWARF was left out, when a file has some.
     pub dwarf_note: Option<String>,
     /// Where the names come from, the module's own file first.
@@ -112,7 +112,7 @@ impl fmt::Debug for ModuleData {
             .field("key", &self.key)
             .field("arch", &self.arch)
             .field("symbols", &names.symbols.len())
-            .field("dwarf", &names.dwarf.is_some())
+            .field("dwarf", &names.dwarf)
             .field("sources", &names.sources)
             .field("bytes_read", &self.bytes_read)
             .finish_non_exhaustive()

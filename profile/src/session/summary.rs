@@ -135,6 +135,17 @@ fn symbols(f: &mut Formatter<'_>, profile: &Profile) -> fmt::Result {
     if !causes.is_empty() {
         write!(f, " ({})", causes.join(", "))?;
     }
+    let dwarf = &stats.debug_info;
+    if dwarf.modules > 0 {
+        write!(
+            f,
+            "; DWARF of {}: {:.1} MiB, {} of {} units parsed",
+            count(dwarf.modules as u64, "module", "modules"),
+            dwarf.bytes as f64 / f64::from(1 << 20),
+            dwarf.units_parsed,
+            dwarf.units,
+        )?;
+    }
     writeln!(f)?;
     if let Some(map) = &stats.perf_map {
         writeln!(

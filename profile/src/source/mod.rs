@@ -24,7 +24,8 @@ use std::fmt;
 
 use otel_ctx_reader::files::{FileBudget, Root};
 
-use crate::bytes::{Bytes, DwarfContext};
+use crate::bytes::Bytes;
+use crate::dwarf::Dwarf;
 use crate::symbolize::SymbolTable;
 
 pub(crate) mod debug_file;
@@ -168,7 +169,7 @@ pub(crate) struct DebugNames {
     pub symbols: SymbolTable,
     /// Whether `symbols` is a full table (a `.symtab`), not only dynamic symbols.
     pub full: bool,
-    pub dwarf: Option<DwarfContext>,
+    pub dwarf: Option<Dwarf>,
     pub dwarf_note: Option<String>,
 }
 
