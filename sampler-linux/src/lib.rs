@@ -180,6 +180,16 @@ impl Sampler {
         }
     }
 
+    /// Stops sampling for good and gives back what only sampling needs (the eBPF
+    /// sampler's ring buffer): call it once every sample wanted has been read
+    /// ([`stop`](Self::stop), then a last [`step`](Self::step)).
+    pub fn close(&mut self) {
+        #[cfg(feature = "ebpf")]
+        if let Engine::Ebpf(sampler) = &mut self.engine {
+            sampler.close();
+        }
+    }
+
     /// How this sampler samples.
     pub const fn method(&self) -> Method {
         match self.engine {

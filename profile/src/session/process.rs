@@ -216,13 +216,21 @@ impl ProcessProfiler {
     }
 
     /// Ends the sampling (the eBPF program is detached: nothing runs in the target from
-    /// now on, and nothing is lost while the profile is made), then, with the feature
+    /// now on, and nothing is lost while the profile is made; its last samples are read
+    /// and its ring buffer given back), then, with the feature
     /// `debuginfod` and `DEBUGINFOD_URLS` set, asks its servers for the debug files of
     /// the stripped modules that have frames in the profile, for at most
     /// [`SessionOptions::debuginfod_time`] in all ([`debuginfod`](Self::debuginfod)
     /// says what came of it). The next [`profile`](Self::profile) names their frames.
     pub fn finish(&mut self) {
         self.sampler.stop();
+        // What the program wrote before it was detached is read (a failure to read it
+        // loses only those last samples, and is not the profile's), then the ring is
+        // given back: the profile is made without it.
+        if !self.exited {
+            let _ = self.step(Duration::ZERO);
+        }
+        self.sampler.close();
         #[cfg(feature = "debuginfod")]
         if !self.debuginfod_time.is_zero() {
             if let Some(client) = crate::Debuginfod::from_env() {

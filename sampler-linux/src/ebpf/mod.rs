@@ -91,13 +91,16 @@ pub struct EbpfOptions {
     pub max_ring_bytes: usize,
 }
 
-/// How many seconds of samples the ring buffer holds, within
-/// [`EbpfOptions::max_ring_bytes`]: how long the consumer may be held up (a loaded
-/// machine, a slow export) before samples are lost.
-pub const RING_SECONDS: usize = 4;
+/// How many seconds of samples the ring buffer holds at least (its size is a power of
+/// two), within [`EbpfOptions::max_ring_bytes`]: how long the consumer may be held up
+/// before samples are lost. Between two reads the consumer decodes and unwinds, reads
+/// a new module's headers, or makes a profile that parses only the DWARF units its new
+/// frames fall in: a second is ample. The kernel maps the ring twice into the reader,
+/// and each second at 99 Hz on 2 CPUs is 7.4 MiB of its memory.
+pub const RING_SECONDS: usize = 1;
 
-/// [`EbpfOptions::max_ring_bytes`] by default: 4 s of 16 KiB stacks at 99 Hz on up to 9
-/// CPUs (about 2 s on 19, 1 s on 38).
+/// [`EbpfOptions::max_ring_bytes`] by default: 1 s of 16 KiB stacks at 99 Hz on up to 38
+/// CPUs (half a second on 76).
 pub const DEFAULT_MAX_RING_BYTES: usize = 64 << 20;
 
 /// The smallest ring buffer.
@@ -265,7 +268,8 @@ pub struct EbpfSampler {
     config: Array<MapData, [u64; wire::CONFIG_WORDS]>,
     targets_map: BpfHashMap<MapData, u32, [u64; wire::TARGET_WORDS]>,
     counters: PerCpuArray<MapData, u64>,
-    ring: RingBuf<MapData>,
+    /// `None` once [`close`](Self::close)d.
+    ring: Option<RingBuf<MapData>>,
     targets: Targets,
     max_record_size: usize,
     capture: wire::Capture,
@@ -321,7 +325,7 @@ impl EbpfSampler {
             config,
             targets_map,
             counters,
-            ring,
+            ring: Some(ring),
             targets: Targets::new(max_processes),
             max_record_size: options.max_record_size.min(EBPF_MAX_RECORD_SIZE),
             capture: wire::Capture {
@@ -488,7 +492,14 @@ impl EbpfSampler {
     /// [`next_sample`](Self::next_sample) after every wait, whatever it returns, and
     /// keep `timeout` short (100 ms) for a live view.
     pub fn wait(&self, timeout: Duration) -> Result<bool, EbpfError> {
-        poll_readable(&self.ring, timeout)
+        match &self.ring {
+            Some(ring) => poll_readable(ring, timeout),
+            None => {
+                // Closed: nothing will come.
+                std::thread::sleep(timeout);
+                Ok(false)
+            }
+        }
     }
 
     /// Copies the next entry out of the ring
@@ -498,7 +509,7 @@ impl EbpfSampler {
     fn next_decoded(&mut self) -> Option<wire::Decoded> {
         loop {
             {
-                let item = self.ring.next()?;
+                let item = self.ring.as_mut()?.next()?;
                 self.entry.clear();
                 self.entry.extend_from_slice(&item);
                 // `item` is dropped here: its space in the ring is released.
@@ -604,6 +615,18 @@ impl EbpfSampler {
                 let _ = program.unload();
             }
         }
+    }
+}
+
+impl EbpfSampler {
+    /// Gives the ring buffer back, once [`stop`](Self::stop)ped and its samples read:
+    /// what it still holds is dropped, and its memory (mapped twice into this process,
+    /// so that a sample never wraps) is unmapped. From then on no sample is read, and a
+    /// [`wait`](Self::wait) only waits. For a sampler whose samples are all taken while
+    /// the profile is still to be made, so that making it does not cost the ring too.
+    pub fn close(&mut self) {
+        self.stop();
+        self.ring = None;
     }
 }
 
@@ -715,17 +738,45 @@ mod tests {
         }
     }
 
+    /// Bytes of this process's mappings of BPF maps (only a sampler's ring is mapped,
+    /// and no other test of this crate makes a sampler).
+    fn mapped_bpf_bytes() -> u64 {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("own maps");
+        maps.lines()
+            .filter(|l| l.ends_with("anon_inode:bpf-map"))
+            .filter_map(|l| otel_ctx_reader::maps::MapsLine::parse(l.as_bytes()))
+            .map(|l| l.end - l.start)
+            .sum()
+    }
+
+    #[test]
+    fn closing_gives_the_ring_back() {
+        let options = EbpfOptions::default().with_stack_size(16 << 10);
+        let mut sampler = EbpfSampler::new(options).expect("an eBPF sampler (root, BTF)");
+        let size = u64::from(options.ring_size(aya::util::nr_cpus().expect("CPUs")));
+        // The data pages twice, and the pages of the positions.
+        assert!(
+            mapped_bpf_bytes() >= 2 * size,
+            "{} bytes mapped",
+            mapped_bpf_bytes()
+        );
+        sampler.close();
+        assert_eq!(mapped_bpf_bytes(), 0, "the ring is unmapped once closed");
+        assert!(!sampler.wait(Duration::from_millis(10)).expect("a wait"));
+        assert!(sampler.next_decoded().is_none());
+    }
+
     #[test]
     fn the_ring_holds_seconds_within_its_bound() {
         let stacks = EbpfOptions::default().with_stack_size(16 << 10);
-        // 99 Hz on 2 CPUs for 4 s: 792 samples of about 19 KiB, 15 MiB, rounded up.
-        assert_eq!(stacks.ring_size(2), 16 << 20);
+        // 99 Hz on 2 CPUs for 1 s: 198 samples of about 19 KiB, 3.7 MiB, rounded up.
+        assert_eq!(stacks.ring_size(2), 4 << 20);
         // Many CPUs at a high rate: the bound.
         assert_eq!(stacks.with_frequency_hz(1000).ring_size(64), 64 << 20);
         let bounded = stacks.with_max_ring_bytes(48 << 20);
         assert_eq!(bounded.with_frequency_hz(1000).ring_size(64), 32 << 20);
-        // No stacks: 792 samples of about 3 KiB (room for 64 Python frames), 4 MiB.
-        assert_eq!(EbpfOptions::default().ring_size(2), 4 << 20);
+        // No stacks: 198 samples of about 3 KiB (room for 64 Python frames), the floor.
+        assert_eq!(EbpfOptions::default().ring_size(2), 1 << 20);
         // Never below 64 samples, nor zero CPUs.
         let largest = EbpfOptions::default().with_stack_size(EBPF_MAX_STACK);
         assert_eq!(largest.with_frequency_hz(1).ring_size(0), 8 << 20);
