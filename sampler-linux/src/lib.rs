@@ -504,6 +504,7 @@ fn ebpf_sampler(options: &SamplerOptions) -> Result<crate::ebpf::EbpfSampler, Sa
         .with_frequency_hz(u64::from(options.frequency_hz))
         .with_stack_size(options.stack_size)
         .with_max_record_size(options.thread_reader.max_record_size)
-        .with_max_processes(options.max_processes);
+        .with_max_processes(options.max_processes)
+        .with_ring_seconds(options.ring_seconds);
     Ok(crate::ebpf::EbpfSampler::new(ebpf)?)
 }

@@ -78,6 +78,10 @@ pub struct SamplerOptions {
     /// sample ([`Sample::python`](crate::Sample::python); only when stacks are copied).
     /// Default `true`.
     pub python: bool,
+    /// With eBPF: how long the sampler's reader may be held up between two reads before
+    /// samples are lost (its ring buffer holds that many seconds of samples, within a
+    /// memory bound). Default 1; at least 1.
+    pub ring_seconds: u32,
 }
 
 impl Default for SamplerOptions {
@@ -91,6 +95,7 @@ impl Default for SamplerOptions {
             thread_reader: ThreadReaderOptions::default(),
             require_known_schema: false,
             python: true,
+            ring_seconds: 1,
         }
     }
 }
@@ -118,6 +123,13 @@ impl SamplerOptions {
         } else {
             bytes
         };
+        self
+    }
+
+    /// Sets [`ring_seconds`](Self::ring_seconds) (at least 1).
+    #[must_use]
+    pub const fn with_ring_seconds(mut self, seconds: u32) -> Self {
+        self.ring_seconds = if seconds == 0 { 1 } else { seconds };
         self
     }
 

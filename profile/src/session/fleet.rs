@@ -162,7 +162,23 @@ impl FleetProfiler {
     /// hook); no process is followed until [`step`](Self::step) adopts the publishers
     /// discovery finds, or [`follow`](Self::follow) is called.
     pub fn start(options: FleetOptions) -> Result<Self, SamplerError> {
-        let sampler = Sampler::new(options.session.sampler)?;
+        #[cfg(feature = "debuginfod")]
+        let debuginfod = (!options.session.debuginfod_time.is_zero())
+            .then(crate::Debuginfod::from_env)
+            .flatten()
+            .map(|client| (client, options.session.debuginfod_time));
+        // The sampler runs while a profile waits for debuginfod: its ring holds that
+        // wait too.
+        #[cfg(feature = "debuginfod")]
+        let waits = debuginfod.as_ref().map_or(0, |(_, time)| {
+            u32::try_from(time.as_secs() + 1).unwrap_or(u32::MAX)
+        });
+        #[cfg(not(feature = "debuginfod"))]
+        let waits = 0;
+        let sampler_options = options.session.sampler;
+        let sampler = Sampler::new(
+            sampler_options.with_ring_seconds(sampler_options.ring_seconds.saturating_add(waits)),
+        )?;
         let own_pid = std::process::id();
         let scout = match options.discover {
             Some(every) => Some(
@@ -186,10 +202,7 @@ impl FleetProfiler {
             counts: FleetCounts::default(),
             own_pid,
             #[cfg(feature = "debuginfod")]
-            debuginfod: (!options.session.debuginfod_time.is_zero())
-                .then(crate::Debuginfod::from_env)
-                .flatten()
-                .map(|client| (client, options.session.debuginfod_time)),
+            debuginfod,
             #[cfg(feature = "debuginfod")]
             fetches: Vec::new(),
         };

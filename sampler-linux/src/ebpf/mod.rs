@@ -86,18 +86,24 @@ pub struct EbpfOptions {
     /// from 1 to [`EBPF_MAX_PROCESSES`] (the default).
     pub max_processes: usize,
     /// The most memory the ring buffer between the program and user space may take
-    /// (default [`DEFAULT_MAX_RING_BYTES`]): it holds [`RING_SECONDS`] of samples at the
-    /// rate on every CPU, unless that is more than this.
+    /// (default [`DEFAULT_MAX_RING_BYTES`]): it holds
+    /// [`ring_seconds`](Self::ring_seconds) of samples at the rate on every CPU, unless
+    /// that is more than this.
     pub max_ring_bytes: usize,
+    /// How long the consumer may be held up before samples are lost: the ring holds at
+    /// least this many seconds of samples, within
+    /// [`max_ring_bytes`](Self::max_ring_bytes). Default [`RING_SECONDS`]; at least 1.
+    pub ring_seconds: u32,
 }
 
-/// How many seconds of samples the ring buffer holds at least (its size is a power of
+/// [`EbpfOptions::ring_seconds`] by default: how many seconds of samples the ring
+/// buffer holds at least (its size is a power of
 /// two), within [`EbpfOptions::max_ring_bytes`]: how long the consumer may be held up
 /// before samples are lost. Between two reads the consumer decodes and unwinds, reads
 /// a new module's headers, or makes a profile that parses only the DWARF units its new
 /// frames fall in: a second is ample. The kernel maps the ring twice into the reader,
 /// and each second at 99 Hz on 2 CPUs is 7.4 MiB of its memory.
-pub const RING_SECONDS: usize = 1;
+pub const RING_SECONDS: u32 = 1;
 
 /// [`EbpfOptions::max_ring_bytes`] by default: 1 s of 16 KiB stacks at 99 Hz on up to 38
 /// CPUs (half a second on 76).
@@ -120,6 +126,7 @@ impl Default for EbpfOptions {
             kernel_stack: false,
             max_processes: EBPF_MAX_PROCESSES,
             max_ring_bytes: DEFAULT_MAX_RING_BYTES,
+            ring_seconds: RING_SECONDS,
         }
     }
 }
@@ -171,6 +178,13 @@ impl EbpfOptions {
         self
     }
 
+    /// Sets [`ring_seconds`](Self::ring_seconds) (at least 1).
+    #[must_use]
+    pub const fn with_ring_seconds(mut self, seconds: u32) -> Self {
+        self.ring_seconds = if seconds == 0 { 1 } else { seconds };
+        self
+    }
+
     /// Sets [`max_ring_bytes`](Self::max_ring_bytes) (at least 1 MiB).
     #[must_use]
     pub const fn with_max_ring_bytes(mut self, bytes: usize) -> Self {
@@ -182,7 +196,7 @@ impl EbpfOptions {
         self
     }
 
-    /// The ring buffer's size: room for [`RING_SECONDS`] of samples from `cpus` CPUs at
+    /// The ring buffer's size: room for [`ring_seconds`](Self::ring_seconds) of samples from `cpus` CPUs at
     /// [`frequency_hz`](Self::frequency_hz), at least 64 samples, with the stack this
     /// sampler copies, so that a consumer held up for a few seconds loses nothing; a
     /// power of two (the kernel requires one) from 1 MiB to
@@ -195,7 +209,7 @@ impl EbpfOptions {
         let per_window = usize::try_from(self.frequency_hz)
             .unwrap_or(usize::MAX)
             .saturating_mul(cpus.max(1))
-            .saturating_mul(RING_SECONDS);
+            .saturating_mul(self.ring_seconds.max(1) as usize);
         // The largest power of two within the bound (and within u32).
         let ceiling = prev_power_of_two(self.max_ring_bytes.clamp(MIN_RING_BYTES, 1 << 31));
         let wanted = sample
@@ -771,6 +785,9 @@ mod tests {
         let stacks = EbpfOptions::default().with_stack_size(16 << 10);
         // 99 Hz on 2 CPUs for 1 s: 198 samples of about 19 KiB, 3.7 MiB, rounded up.
         assert_eq!(stacks.ring_size(2), 4 << 20);
+        // Held up for 3 s: 594 samples, 11 MiB, rounded up.
+        assert_eq!(stacks.with_ring_seconds(3).ring_size(2), 16 << 20);
+        assert_eq!(stacks.with_ring_seconds(0).ring_seconds, 1);
         // Many CPUs at a high rate: the bound.
         assert_eq!(stacks.with_frequency_hz(1000).ring_size(64), 64 << 20);
         let bounded = stacks.with_max_ring_bytes(48 << 20);
