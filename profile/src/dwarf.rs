@@ -25,6 +25,10 @@ use crate::bytes::DwarfReader;
 /// Units a module keeps parsed; past that, they are parsed again as needed.
 pub(crate) const MAX_PARSED_UNITS: usize = 256;
 
+/// Units whose ranges claim one address that a lookup parses, at most (a file whose
+/// units all claim every address costs that many parses, not all of them).
+const MAX_TRIED: usize = 8;
+
 /// Inlined frames given for one address, at most.
 const MAX_INLINE_DEPTH: usize = 64;
 
@@ -183,7 +187,7 @@ impl Dwarf {
         // reach it.
         let mut at = self.spans.partition_point(|s| s.begin <= svma);
         let mut tried: Vec<u32> = Vec::new();
-        while at > 0 && self.max_end[at - 1] > svma {
+        while at > 0 && self.max_end[at - 1] > svma && tried.len() < MAX_TRIED {
             at -= 1;
             let span = self.spans[at];
             if span.end <= svma || tried.contains(&span.unit) {
