@@ -250,3 +250,92 @@ fn frames_of(context: &addr2line::Context<DwarfReader>, svma: u64, lines: bool) 
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn dwarf_marker_function(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_mul(3)
+    }
+
+    fn reader(bytes: &[u8]) -> DwarfReader {
+        DwarfReader::new(Arc::from(bytes), gimli::LittleEndian)
+    }
+
+    /// Sections with `info` as `.debug_info` and nothing else.
+    fn with_info(info: &[u8]) -> Result<Dwarf, String> {
+        let sections = gimli::DwarfSections::load(|id| {
+            Ok::<_, String>(match id {
+                gimli::SectionId::DebugInfo => reader(info),
+                _ => reader(&[]),
+            })
+        })?;
+        Dwarf::new(sections, info.len())
+    }
+
+    #[test]
+    fn empty_lying_and_garbage_sections_give_no_frames() {
+        let empty = with_info(&[]).expect("no DWARF is not an error");
+        assert_eq!((empty.units(), empty.bytes()), (0, 0));
+        assert!(empty.frames(0x1000, true).is_empty());
+        // A DWARF 5 unit header that claims more bytes than the section holds.
+        let lying = [0xf0, 0xff, 0, 0, 5, 0, 1, 8, 0, 0, 0, 0];
+        if let Ok(dwarf) = with_info(&lying) {
+            assert_eq!(dwarf.units(), 0);
+            assert!(dwarf.frames(0, true).is_empty());
+        }
+        let garbage: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        if let Ok(dwarf) = with_info(&garbage) {
+            for address in [0, 0x1000, u64::MAX] {
+                let _ = dwarf.frames(address, true);
+            }
+        }
+    }
+
+    #[test]
+    fn an_address_parses_the_one_unit_that_covers_it() {
+        let exe = std::fs::read("/proc/self/exe").expect("this test's executable");
+        let elf = crate::elf::Elf::<&[u8]>::parse(&exe[..]).expect("an ELF file");
+        let dwarf = crate::elf::read_dwarf(&elf, &|| u64::MAX).expect("its DWARF");
+        assert!(dwarf.units() > 1, "{dwarf:?}");
+        assert_eq!(dwarf.units_parsed(), 0);
+        // The test executable is position-independent, its first segment at address 0:
+        // an address of the file is one of the process less where offset 0 is mapped.
+        let path = std::fs::read_link("/proc/self/exe").expect("its path");
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("own maps");
+        let base = maps
+            .lines()
+            .filter(|l| l.ends_with(path.to_str().expect("utf-8")))
+            .find(|l| {
+                l.split_whitespace()
+                    .nth(2)
+                    .is_some_and(|o| u64::from_str_radix(o, 16) == Ok(0))
+            })
+            .and_then(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+            .expect("the executable's first mapping");
+        let svma = dwarf_marker_function as *const () as usize as u64 - base;
+        let frames = dwarf.frames(svma, true);
+        assert!(
+            frames.iter().any(|(name, file, line)| {
+                name.as_deref()
+                    .is_some_and(|n| n.ends_with("dwarf_marker_function"))
+                    && file.as_deref().is_some_and(|f| f.ends_with("dwarf.rs"))
+                    && line.is_some()
+            }),
+            "{frames:?}"
+        );
+        assert_eq!(dwarf.units_parsed(), 1);
+        // Without lines, the same function; the unit is parsed once.
+        let names = dwarf.frames(svma, false);
+        assert!(names
+            .iter()
+            .all(|(_, file, line)| file.is_none() && line.is_none()));
+        assert_eq!(names.len(), frames.len());
+        assert_eq!(dwarf.units_parsed(), 1);
+        assert_eq!(dwarf_marker_function(2), 6);
+    }
+}
