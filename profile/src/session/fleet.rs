@@ -171,7 +171,8 @@ impl FleetProfiler {
         // wait too.
         #[cfg(feature = "debuginfod")]
         let waits = debuginfod.as_ref().map_or(0, |(_, time)| {
-            u32::try_from(time.as_secs() + 1).unwrap_or(u32::MAX)
+            let seconds = time.as_secs() + u64::from(time.subsec_nanos() > 0);
+            u32::try_from(seconds).unwrap_or(u32::MAX)
         });
         #[cfg(not(feature = "debuginfod"))]
         let waits = 0;
