@@ -62,6 +62,9 @@ impl PythonFrame {
 #[derive(Debug, Default, Clone)]
 pub struct PythonStack {
     pub(super) frames: Vec<PythonFrame>,
+    /// The walk's copies of the target's memory (frames, then code objects' stamps),
+    /// kept from sample to sample.
+    pub(super) scratch: Vec<u8>,
 }
 
 impl PythonStack {
@@ -69,6 +72,7 @@ impl PythonStack {
     pub fn new() -> Self {
         Self {
             frames: Vec::with_capacity(MAX_PYTHON_FRAMES),
+            scratch: Vec::new(),
         }
     }
 

@@ -7,6 +7,7 @@ use super::frame::{
 };
 use super::names::stamp;
 use super::PythonProcess;
+use otel_ctx_reader::memory::{CopyError, ProcessMemory};
 use otel_ctx_reader::thread::tls::TargetMemory;
 
 /// The most interpreters (the main one and subinterpreters) looked through.
@@ -20,6 +21,86 @@ fn word(mem: &dyn TargetMemory, what: &'static str, at: u64) -> Result<u64, Pyth
 fn ne_u64(bytes: &[u8], at: u64) -> Option<u64> {
     let at = usize::try_from(at).ok()?;
     Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// The page size copies of frames are laid out by (the smallest of the architectures
+/// covered: a larger page is mapped whole all the same).
+const PAGE: u64 = 4096;
+
+/// Pages copied below a frame's own page when a frame is read that no earlier copy
+/// holds. CPython (3.11 on) keeps a thread's frames in chunks of its data stack, each
+/// frame above the one it called from: the older frames of the chain are just below.
+const PAGES_BELOW: u64 = 2;
+
+/// The target's memory around the frames of one walk: a frame's page up to its end, and
+/// the pages below it that are mapped, taken in one copy, so that the next frames of
+/// the chain are read without another.
+struct FrameWindow<'a> {
+    bytes: &'a mut Vec<u8>,
+    /// The address of `bytes[start]`.
+    base: u64,
+    start: usize,
+}
+
+impl<'a> FrameWindow<'a> {
+    fn new(bytes: &'a mut Vec<u8>) -> Self {
+        bytes.clear();
+        Self {
+            bytes,
+            base: 0,
+            start: 0,
+        }
+    }
+
+    /// The copied bytes at `at`, as many as `len`, if the window holds them all.
+    fn get(&self, at: u64, len: usize) -> Option<&[u8]> {
+        let from = usize::try_from(at.checked_sub(self.base)?).ok()?;
+        let held = self.bytes.get(self.start..)?;
+        held.get(from..from.checked_add(len)?)
+    }
+
+    /// Fills `out` with the target's bytes at `at`: from the window, or from a new copy
+    /// of `at`'s page (up to the end of `out`) and of the mapped pages below it.
+    fn read(&mut self, mem: &ProcessMemory, at: u64, out: &mut [u8]) -> Result<(), CopyError> {
+        if let Some(held) = self.get(at, out.len()) {
+            out.copy_from_slice(held);
+            return Ok(());
+        }
+        let Some(end) = at.checked_add(out.len() as u64) else {
+            return mem.read_exact(at, out);
+        };
+        let page = at & !(PAGE - 1);
+        let below = PAGES_BELOW.min(page / PAGE);
+        let low = page - below * PAGE;
+        let (Ok(lower_len), Ok(total)) =
+            (usize::try_from(below * PAGE), usize::try_from(end - low))
+        else {
+            return mem.read_exact(at, out);
+        };
+        self.bytes.clear();
+        self.bytes.resize(total, 0);
+        let (lower, top) = self.bytes.split_at_mut(lower_len);
+        // The frame's page first: the pages below count only while each one is mapped.
+        let mut reads: Vec<(u64, &mut [u8])> = Vec::with_capacity(1 + below as usize);
+        reads.push((page, top));
+        let pages = lower.chunks_exact_mut(PAGE as usize).enumerate().rev();
+        reads.extend(pages.map(|(i, bytes)| (low + i as u64 * PAGE, bytes)));
+        let copied = mem.read_leading(&mut reads) as u64;
+        drop(reads);
+        if copied == 0 {
+            self.bytes.clear();
+            return mem.read_exact(at, out);
+        }
+        self.base = page - (copied - 1) * PAGE;
+        self.start = lower_len - (copied as usize - 1) * PAGE as usize;
+        match self.get(at, out.len()) {
+            Some(held) => {
+                out.copy_from_slice(held);
+                Ok(())
+            }
+            None => mem.read_exact(at, out),
+        }
+    }
 }
 
 impl PythonProcess {
@@ -103,6 +184,10 @@ impl PythonProcess {
     /// (owned by the C stack) marks the frame above it as an entry and is kept as a
     /// marker ([`PythonFrame::is_shim`]); a frame whose instruction lies before its code
     /// is left out (it has not started).
+    ///
+    /// The frames are read through a [`FrameWindow`] (one copy takes a frame and the
+    /// older frames below it in the same data-stack chunk), and the stamps of their code
+    /// objects all in one copy once the chain is known.
     pub fn walk(&self, tstate: u64, stack: &mut PythonStack) -> Result<(), PythonError> {
         stack.clear();
         let mem: &dyn TargetMemory = &self.memory;
@@ -139,17 +224,19 @@ impl PythonProcess {
             o.code_firstlineno.min(o.code_filename),
             o.code_firstlineno.max(o.code_filename) + 8,
         );
-        let mut code_head = [0u8; 256];
-        let code_head = code_head
-            .get_mut(..(stamp_to - stamp_from) as usize)
-            .ok_or(PythonError::Malformed("a code stamp past 256 bytes"))?;
+        if stamp_to - stamp_from > 256 {
+            return Err(PythonError::Malformed("a code stamp past 256 bytes"));
+        }
+        let PythonStack { frames, scratch } = stack;
+        let mut window = FrameWindow::new(scratch);
         let mut walked = 0;
         while frame != 0 {
             walked += 1;
             if walked > MAX_PYTHON_FRAMES {
                 return Err(PythonError::Loop);
             }
-            mem.read_exact_at(frame, header)
+            window
+                .read(&self.memory, frame, header)
                 .map_err(|_| PythonError::Memory {
                     what: "a _PyInterpreterFrame",
                     address: frame,
@@ -158,18 +245,19 @@ impl PythonProcess {
             let owner = header[o.frame_owner as usize];
             let previous = field(o.frame_previous);
             if o.owner_shim.is_some_and(|shim| owner >= shim) {
-                if let Some(last) = stack.frames.last_mut() {
+                if let Some(last) = frames.last_mut() {
                     last.flags |= FLAG_ENTRY;
                 }
-                if !stack.push(PythonFrame {
+                if frames.len() >= MAX_PYTHON_FRAMES {
+                    return Err(PythonError::Loop);
+                }
+                frames.push(PythonFrame {
                     frame,
                     code: 0,
                     stamp: 0,
                     instruction: 0,
                     flags: FLAG_SHIM,
-                }) {
-                    return Err(PythonError::Loop);
-                }
+                });
                 frame = previous;
                 continue;
             }
@@ -177,16 +265,6 @@ impl PythonProcess {
             let instr = field(o.frame_instr);
             let first = code.wrapping_add(o.code_adaptive);
             if code != 0 && instr >= first {
-                mem.read_exact_at(code.wrapping_add(stamp_from), code_head)
-                    .map_err(|_| PythonError::Memory {
-                        what: "a code object",
-                        address: code,
-                    })?;
-                let first_line = {
-                    let at = (o.code_firstlineno - stamp_from) as usize;
-                    u32::from_ne_bytes(code_head[at..at + 4].try_into().unwrap_or_default())
-                };
-                let filename = ne_u64(code_head, o.code_filename - stamp_from).unwrap_or(0);
                 let mut flags = 0;
                 if o.frame_is_entry.is_some_and(|at| header[at as usize] != 0) {
                     flags |= FLAG_ENTRY;
@@ -195,18 +273,20 @@ impl PythonProcess {
                     flags |= FLAG_GENERATOR;
                 }
                 let instruction = u32::try_from((instr - first) / 2).unwrap_or(u32::MAX);
-                if !stack.push(PythonFrame {
-                    frame,
-                    code,
-                    stamp: stamp(first_line, filename),
-                    instruction,
-                    flags,
-                }) {
+                if frames.len() >= MAX_PYTHON_FRAMES {
                     return Err(PythonError::Loop);
                 }
+                // Its stamp is read below, with the others'.
+                frames.push(PythonFrame {
+                    frame,
+                    code,
+                    stamp: 0,
+                    instruction,
+                    flags,
+                });
             } else if o.frame_is_entry.is_some_and(|at| header[at as usize] != 0) {
                 // An entry frame that has not started: the entry is the frame above it.
-                if let Some(last) = stack.frames.last_mut() {
+                if let Some(last) = frames.last_mut() {
                     last.flags |= FLAG_ENTRY;
                 }
             }
@@ -214,6 +294,40 @@ impl PythonProcess {
         }
         if stack.loops() {
             return Err(PythonError::Loop);
+        }
+        self.stamp_codes(stack, stamp_from, stamp_to)
+    }
+
+    /// Reads the stamp (first line and file name) of every code object of `stack`'s
+    /// Python frames, in one copy: the bytes `from..to` of each code object.
+    fn stamp_codes(&self, stack: &mut PythonStack, from: u64, to: u64) -> Result<(), PythonError> {
+        let PythonStack { frames, scratch } = stack;
+        let o = &self.offsets;
+        let len = usize::try_from(to - from).unwrap_or(usize::MAX);
+        let count = frames.iter().filter(|f| !f.is_shim()).count();
+        scratch.clear();
+        scratch.resize(len * count, 0);
+        let codes = frames.iter().filter(|f| !f.is_shim()).map(|f| f.code);
+        let mut reads: Vec<(u64, &mut [u8])> = codes
+            .map(|code| code.wrapping_add(from))
+            .zip(scratch.chunks_exact_mut(len))
+            .collect();
+        let results = self.memory.read_exact_each(&mut reads);
+        drop(reads);
+        let code_frames = frames.iter_mut().filter(|f| !f.is_shim());
+        for ((frame, result), head) in code_frames.zip(results).zip(scratch.chunks_exact(len)) {
+            if result.is_err() {
+                return Err(PythonError::Memory {
+                    what: "a code object",
+                    address: frame.code,
+                });
+            }
+            let first_line = {
+                let at = (o.code_firstlineno - from) as usize;
+                u32::from_ne_bytes(head[at..at + 4].try_into().unwrap_or_default())
+            };
+            let filename = ne_u64(head, o.code_filename - from).unwrap_or(0);
+            frame.stamp = stamp(first_line, filename);
         }
         Ok(())
     }
