@@ -103,6 +103,33 @@ impl<'a> FrameWindow<'a> {
     }
 }
 
+/// The most bytes of a thread state read with its `native_thread_id`.
+const TSTATE_HEAD: usize = 256;
+
+/// The target's memory, with what was already copied while the thread is stopped read
+/// from the copies.
+struct Copied<'a> {
+    /// Copies of the target's memory, each at its address.
+    regions: [(u64, &'a [u8]); 2],
+    memory: &'a ProcessMemory,
+}
+
+impl TargetMemory for Copied<'_> {
+    fn read_exact_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        for (at, bytes) in self.regions {
+            let held = addr
+                .checked_sub(at)
+                .and_then(|from| usize::try_from(from).ok())
+                .and_then(|from| bytes.get(from..from.checked_add(buf.len())?));
+            if let Some(held) = held {
+                buf.copy_from_slice(held);
+                return Ok(());
+            }
+        }
+        self.memory.read_exact_at(addr, buf)
+    }
+}
+
 impl PythonProcess {
     /// The main interpreter's first thread state address.
     pub(crate) fn interpreter_head(&self) -> Result<u64, PythonError> {
@@ -124,12 +151,39 @@ impl PythonProcess {
     /// and the thread is attached (`thread_pointer` is the stopped thread's), else found
     /// in the interpreters' lists of thread states by `native_thread_id` (and remembered).
     pub fn thread_state(&self, tid: u32, thread_pointer: Option<u64>) -> Result<u64, PythonError> {
+        self.thread_state_head(tid, thread_pointer, &mut [])
+            .map(|(tstate, _)| tstate)
+    }
+
+    /// The bytes of a thread state read with its `native_thread_id`, from the lower of
+    /// it and the word that leads to the current frame up to the end of the higher
+    /// (`None` when they lie too far apart to be read as one).
+    fn tstate_head(&self) -> Option<(u64, usize)> {
+        let o = &self.offsets;
+        let frame_word = o.tstate_cframe.unwrap_or(o.current_frame);
+        let from = o.tstate_native_thread_id.min(frame_word);
+        let to = o.tstate_native_thread_id.max(frame_word) + 8;
+        usize::try_from(to - from)
+            .ok()
+            .filter(|&len| len <= TSTATE_HEAD)
+            .map(|len| (from, len))
+    }
+
+    /// [`thread_state`](Self::thread_state), and when the thread state remembered for
+    /// `tid` is checked, the bytes [`tstate_head`](Self::tstate_head) says read into
+    /// `head` with the same copy (their length, 0 when not read).
+    fn thread_state_head(
+        &self,
+        tid: u32,
+        thread_pointer: Option<u64>,
+        head: &mut [u8],
+    ) -> Result<(u64, usize), PythonError> {
         let mem: &dyn TargetMemory = &self.memory;
         if let (Some(tls), Some(tp)) = (&self.tstate_tls, thread_pointer) {
             if let Ok(Some(slot)) = tls.slot_address(tp, mem) {
                 let tstate = word(mem, "_Py_tss_tstate", slot)?;
                 if tstate != 0 {
-                    return Ok(tstate);
+                    return Ok((tstate, 0));
                 }
             }
         }
@@ -142,8 +196,15 @@ impl PythonProcess {
         };
         let known = self.threads.borrow().get(&tid).copied();
         if let Some(tstate) = known {
-            if native(tstate).ok() == Some(u64::from(tid)) {
-                return Ok(tstate);
+            if let Some((from, len)) = self.tstate_head().filter(|&(_, len)| len <= head.len()) {
+                let head = &mut head[..len];
+                let read = mem.read_exact_at(tstate.wrapping_add(from), head).is_ok();
+                let at = self.offsets.tstate_native_thread_id - from;
+                if read && ne_u64(head, at) == Some(u64::from(tid)) {
+                    return Ok((tstate, len));
+                }
+            } else if native(tstate).ok() == Some(u64::from(tid)) {
+                return Ok((tstate, 0));
             }
             self.threads.borrow_mut().remove(&tid);
         }
@@ -163,7 +224,7 @@ impl PythonProcess {
                         threads.clear();
                     }
                     threads.insert(tid, tstate);
-                    return Ok(tstate);
+                    return Ok((tstate, 0));
                 }
                 tstate = word(
                     mem,
@@ -189,8 +250,18 @@ impl PythonProcess {
     /// older frames below it in the same data-stack chunk), and the stamps of their code
     /// objects all in one copy once the chain is known.
     pub fn walk(&self, tstate: u64, stack: &mut PythonStack) -> Result<(), PythonError> {
+        self.walk_in(&self.memory, tstate, stack)
+    }
+
+    /// [`walk`](Self::walk), reading the thread state and what leads from it to the
+    /// current frame through `mem`.
+    fn walk_in(
+        &self,
+        mem: &dyn TargetMemory,
+        tstate: u64,
+        stack: &mut PythonStack,
+    ) -> Result<(), PythonError> {
         stack.clear();
-        let mem: &dyn TargetMemory = &self.memory;
         let o = &self.offsets;
         let mut frame = match o.tstate_cframe {
             Some(cframe) => {
@@ -340,8 +411,31 @@ impl PythonProcess {
         thread_pointer: Option<u64>,
         stack: &mut PythonStack,
     ) -> Result<(), PythonError> {
+        self.sample_over(tid, thread_pointer, None, stack)
+    }
+
+    /// [`sample`](Self::sample), with `copied`: the stopped thread's memory from an
+    /// address (its stack, from the stack pointer up), copied while it is stopped. A
+    /// read that lies in it (3.11's `_PyCFrame`, which each run of the evaluation loop
+    /// keeps on the C stack) is taken from the copy, as is the thread state's word that
+    /// leads to its current frame, read with the check of its `native_thread_id`.
+    pub fn sample_over(
+        &self,
+        tid: u32,
+        thread_pointer: Option<u64>,
+        copied: Option<(u64, &[u8])>,
+        stack: &mut PythonStack,
+    ) -> Result<(), PythonError> {
         stack.clear();
-        let tstate = self.thread_state(tid, thread_pointer)?;
-        self.walk(tstate, stack)
+        let mut head = [0u8; TSTATE_HEAD];
+        let (tstate, head_len) = self.thread_state_head(tid, thread_pointer, &mut head)?;
+        let head_at = self
+            .tstate_head()
+            .map_or(0, |(from, _)| tstate.wrapping_add(from));
+        let mem = Copied {
+            regions: [(head_at, &head[..head_len]), copied.unwrap_or((0, &[]))],
+            memory: &self.memory,
+        };
+        self.walk_in(&mem, tstate, stack)
     }
 }
