@@ -7,7 +7,7 @@
 //! command name may hold spaces, parentheses and any byte but NUL, so `stat` is parsed
 //! from the last `)` on, and nothing here trusts a length or a number it did not check.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -138,15 +138,25 @@ pub const MAX_OPEN_SCHEDSTAT: usize = 256;
 
 /// Process `pid`'s list of threads and its threads' `schedstat`, kept open and read
 /// again at each call: for a reader that asks many times a second (a ptrace profile's
-/// rounds), each reading is a `getdents64` or a `pread` instead of a path lookup, an
-/// open, a read and a close. What each call says is what [`thread_ids`] and
-/// [`task_cpu_time`] say: a file that no longer reads (its thread or process gone) is
-/// closed, and the path is opened again.
+/// rounds), each reading is a `pread` instead of a path lookup, an open, a read and a
+/// close, and the list is not read again while it cannot have changed. What each call
+/// says is what [`thread_ids`] and [`task_cpu_time`] say: a file that no longer reads
+/// (its thread or process gone) is closed, and the path is opened again.
+///
+/// The list is read again unless every thread of the last one was seen alive since
+/// (its `schedstat` read, or [`seen_alive`](Self::seen_alive)) and the process still
+/// has as many threads (the link count of `/proc/<pid>/task`, one `fstat`): then no
+/// thread can have left it, nor joined it.
 #[derive(Debug)]
 pub struct TaskFiles {
     pid: u32,
     task: Option<rustix::fs::Dir>,
     schedstat: HashMap<u32, File>,
+    /// The last list read, and the link count of the directory when it was.
+    listed: Vec<u32>,
+    links: u64,
+    /// The threads seen alive since the list was last handed out.
+    alive: HashSet<u32>,
 }
 
 impl TaskFiles {
@@ -156,6 +166,9 @@ impl TaskFiles {
             pid,
             task: None,
             schedstat: HashMap::new(),
+            listed: Vec::new(),
+            links: 0,
+            alive: HashSet::new(),
         }
     }
 
@@ -164,8 +177,36 @@ impl TaskFiles {
         self.pid
     }
 
+    /// Notes that thread `tid` was seen alive (sampled), for the next
+    /// [`thread_ids`](Self::thread_ids).
+    pub fn seen_alive(&mut self, tid: u32) {
+        self.alive.insert(tid);
+    }
+
     /// The thread ids of the process, in increasing order, as [`thread_ids`].
     pub fn thread_ids(&mut self) -> Result<Vec<u32>, Error> {
+        let all_alive = !self.listed.is_empty()
+            && self.listed.len() == self.alive.len()
+            && self.listed.iter().all(|tid| self.alive.contains(tid));
+        self.alive.clear();
+        let links = self
+            .task
+            .as_ref()
+            .and_then(|dir| rustix::fs::fstat(dir.fd().ok()?).ok())
+            .map(|stat| stat.st_nlink as u64);
+        if all_alive && links == Some(self.links) {
+            return Ok(self.listed.clone());
+        }
+        // The count from before the list: a thread that comes or goes while it is read
+        // changes the count from this one.
+        let tids = self.list()?;
+        self.listed.clone_from(&tids);
+        self.links = links.unwrap_or(u64::MAX);
+        Ok(tids)
+    }
+
+    /// The thread ids, read from the directory.
+    fn list(&mut self) -> Result<Vec<u32>, Error> {
         if let Some(dir) = &mut self.task {
             dir.rewind();
             let mut tids = Vec::new();
@@ -200,6 +241,7 @@ impl TaskFiles {
     pub fn cpu_time(&mut self, tid: u32) -> Option<u64> {
         if let Some(file) = self.schedstat.get(&tid) {
             if let Some(time) = read_schedstat(file) {
+                self.alive.insert(tid);
                 return Some(time);
             }
             self.schedstat.remove(&tid);
@@ -209,6 +251,7 @@ impl TaskFiles {
         if self.schedstat.len() < MAX_OPEN_SCHEDSTAT {
             self.schedstat.insert(tid, file);
         }
+        self.alive.insert(tid);
         Some(time)
     }
 
@@ -448,6 +491,28 @@ mod tests {
         assert_eq!(files.open_schedstats(), 1);
         files.retain_threads(|t| t != here);
         assert_eq!(files.open_schedstats(), 0);
+        // Every listed thread seen alive: a thread that joins since is listed all the same.
+        let listed = files.thread_ids().unwrap();
+        for &tid in &listed {
+            files.seen_alive(tid);
+        }
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            started_tx
+                .send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
+                .unwrap();
+            rx.recv().unwrap();
+        });
+        let joined = started_rx.recv().unwrap();
+        let now = files.thread_ids().unwrap();
+        assert!(now.contains(&joined), "{now:?}");
+        for &tid in &now {
+            files.seen_alive(tid);
+        }
+        assert_eq!(files.thread_ids().unwrap(), now);
+        tx.send(()).unwrap();
+        thread.join().unwrap();
         assert!(TaskFiles::new(u32::MAX).thread_ids().is_err());
         assert_eq!(TaskFiles::new(u32::MAX).cpu_time(1), None);
     }

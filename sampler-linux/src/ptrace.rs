@@ -233,7 +233,13 @@ impl Rounds {
                     // Exited before it could be stopped: left out, as it would be from
                     // the next list of threads.
                     Err(SampleError::Ptrace(PtraceError::Gone)) => continue,
-                    Ok((registers, context)) => (registers, Ok(context)),
+                    Ok((registers, context)) => {
+                        if registers.is_some() {
+                            // Stopped: alive, as far as the next list of threads goes.
+                            files.seen_alive(tid);
+                        }
+                        (registers, Ok(context))
+                    }
                     Err(e) => (None, Err(e)),
                 };
                 if weight_ns > 0 {
