@@ -65,6 +65,8 @@ pub struct PythonStack {
     /// The walk's copies of the target's memory (frames, then code objects' stamps),
     /// kept from sample to sample.
     pub(super) scratch: Vec<u8>,
+    /// The stamps of the code objects the walk expected, copied with its first frames.
+    pub(super) expected: Vec<u8>,
 }
 
 impl PythonStack {
@@ -73,6 +75,7 @@ impl PythonStack {
         Self {
             frames: Vec::with_capacity(MAX_PYTHON_FRAMES),
             scratch: Vec::new(),
+            expected: Vec::new(),
         }
     }
 

@@ -32,23 +32,46 @@ const PAGE: u64 = 4096;
 /// frame above the one it called from: the older frames of the chain are just below.
 const PAGES_BELOW: u64 = 2;
 
+/// The most code objects whose stamps a walk copies with its first frames.
+pub(crate) const MAX_EXPECTED_CODES: usize = 32;
+
 /// The target's memory around the frames of one walk: a frame's page up to its end, and
 /// the pages below it that are mapped, taken in one copy, so that the next frames of
-/// the chain are read without another.
+/// the chain are read without another. The first copy of a walk also takes the stamps
+/// of the code objects it expects (the last walk's): a walk of the same functions then
+/// reads its frames and their code objects' stamps in one copy.
 struct FrameWindow<'a> {
     bytes: &'a mut Vec<u8>,
     /// The address of `bytes[start]`.
     base: u64,
     start: usize,
+    /// The code objects expected, and their stamps (`stamp_len` bytes each, from the
+    /// code object's address plus `stamp_from`) once copied.
+    expected: &'a [u64],
+    stamps: &'a mut Vec<u8>,
+    stamp_from: u64,
+    stamp_len: usize,
+    /// How many of `expected` have their stamps copied; `None` before the first copy.
+    stamped: Option<usize>,
 }
 
 impl<'a> FrameWindow<'a> {
-    fn new(bytes: &'a mut Vec<u8>) -> Self {
+    fn new(
+        bytes: &'a mut Vec<u8>,
+        expected: &'a [u64],
+        stamps: &'a mut Vec<u8>,
+        (stamp_from, stamp_len): (u64, usize),
+    ) -> Self {
         bytes.clear();
         Self {
             bytes,
             base: 0,
             start: 0,
+            expected,
+            stamps,
+            stamp_from,
+            stamp_len,
+            stamped: None,
         }
     }
 
@@ -59,8 +82,17 @@ impl<'a> FrameWindow<'a> {
         held.get(from..from.checked_add(len)?)
     }
 
+    /// The stamp bytes of code object `code`, if it was expected and they were copied.
+    fn stamp(&self, code: u64) -> Option<&[u8]> {
+        let copied = self.expected.get(..self.stamped.unwrap_or(0))?;
+        let at = copied.iter().position(|&c| c == code)?;
+        let from = at.checked_mul(self.stamp_len)?;
+        self.stamps.get(from..from.checked_add(self.stamp_len)?)
+    }
+
     /// Fills `out` with the target's bytes at `at`: from the window, or from a new copy
-    /// of `at`'s page (up to the end of `out`) and of the mapped pages below it.
+    /// of `at`'s page (up to the end of `out`) and of the mapped pages below it (with the
+    /// expected stamps, the first time).
     fn read(&mut self, mem: &ProcessMemory, at: u64, out: &mut [u8]) -> Result<(), CopyError> {
         if let Some(held) = self.get(at, out.len()) {
             out.copy_from_slice(held);
@@ -80,19 +112,38 @@ impl<'a> FrameWindow<'a> {
         self.bytes.clear();
         self.bytes.resize(total, 0);
         let (lower, top) = self.bytes.split_at_mut(lower_len);
-        // The frame's page first: the pages below count only while each one is mapped.
-        let mut reads: Vec<(u64, &mut [u8])> = Vec::with_capacity(1 + below as usize);
+        // The frame's page first, then the expected stamps (the first time): the pages
+        // below count only while each one is mapped.
+        let first = self.stamped.is_none();
+        let expected = if first { self.expected } else { &[] };
+        if first {
+            self.stamps.clear();
+            self.stamps.resize(expected.len() * self.stamp_len, 0);
+        }
+        let mut reads: Vec<(u64, &mut [u8])> =
+            Vec::with_capacity(1 + expected.len() + below as usize);
         reads.push((page, top));
+        let stamps = self.stamps.chunks_exact_mut(self.stamp_len.max(1));
+        reads.extend(
+            expected
+                .iter()
+                .map(|code| code.wrapping_add(self.stamp_from))
+                .zip(stamps),
+        );
         let pages = lower.chunks_exact_mut(PAGE as usize).enumerate().rev();
         reads.extend(pages.map(|(i, bytes)| (low + i as u64 * PAGE, bytes)));
-        let copied = mem.read_leading(&mut reads) as u64;
+        let copied = mem.read_leading(&mut reads);
         drop(reads);
+        if self.stamped.is_none() {
+            self.stamped = Some(copied.saturating_sub(1).min(expected.len()));
+        }
         if copied == 0 {
             self.bytes.clear();
             return mem.read_exact(at, out);
         }
-        self.base = page - (copied - 1) * PAGE;
-        self.start = lower_len - (copied as usize - 1) * PAGE as usize;
+        let pages_below = copied.saturating_sub(1 + expected.len()) as u64;
+        self.base = page - pages_below * PAGE;
+        self.start = lower_len - pages_below as usize * PAGE as usize;
         match self.get(at, out.len()) {
             Some(held) => {
                 out.copy_from_slice(held);
@@ -298,8 +349,14 @@ impl PythonProcess {
         if stamp_to - stamp_from > 256 {
             return Err(PythonError::Malformed("a code stamp past 256 bytes"));
         }
-        let PythonStack { frames, scratch } = stack;
-        let mut window = FrameWindow::new(scratch);
+        let stamp_len = (stamp_to - stamp_from) as usize;
+        let expected = self.expected_codes.borrow();
+        let PythonStack {
+            frames,
+            scratch,
+            expected: stamps,
+        } = stack;
+        let mut window = FrameWindow::new(scratch, &expected, stamps, (stamp_from, stamp_len));
         let mut walked = 0;
         while frame != 0 {
             walked += 1;
@@ -363,42 +420,90 @@ impl PythonProcess {
             }
             frame = previous;
         }
+        // The stamps copied with the first frames; the others' are read below.
+        let mut missing = Vec::new();
+        for (at, frame) in frames.iter_mut().enumerate() {
+            if frame.is_shim() {
+                continue;
+            }
+            match window.stamp(frame.code) {
+                Some(head) => frame.stamp = self.stamp_of(head, stamp_from),
+                None => missing.push(at),
+            }
+        }
+        drop(window);
+        drop(expected);
         if stack.loops() {
             return Err(PythonError::Loop);
         }
-        self.stamp_codes(stack, stamp_from, stamp_to)
+        self.stamp_codes(stack, &missing, stamp_from, stamp_len)?;
+        // The next walk expects these code objects.
+        let mut expected = self.expected_codes.borrow_mut();
+        expected.clear();
+        for frame in stack.frames.iter().filter(|f| !f.is_shim()) {
+            if expected.len() >= MAX_EXPECTED_CODES {
+                break;
+            }
+            if !expected.contains(&frame.code) {
+                expected.push(frame.code);
+            }
+        }
+        Ok(())
     }
 
-    /// Reads the stamp (first line and file name) of every code object of `stack`'s
-    /// Python frames, in one copy: the bytes `from..to` of each code object.
-    fn stamp_codes(&self, stack: &mut PythonStack, from: u64, to: u64) -> Result<(), PythonError> {
-        let PythonStack { frames, scratch } = stack;
+    /// A code object's stamp from its bytes `from..` (as many as the stamp needs).
+    fn stamp_of(&self, head: &[u8], from: u64) -> u64 {
         let o = &self.offsets;
-        let len = usize::try_from(to - from).unwrap_or(usize::MAX);
-        let count = frames.iter().filter(|f| !f.is_shim()).count();
+        let first_line = o
+            .code_firstlineno
+            .checked_sub(from)
+            .and_then(|at| usize::try_from(at).ok())
+            .and_then(|at| head.get(at..at.checked_add(4)?))
+            .map_or(0, |b| u32::from_ne_bytes(b.try_into().unwrap_or_default()));
+        let filename = ne_u64(head, o.code_filename.wrapping_sub(from)).unwrap_or(0);
+        stamp(first_line, filename)
+    }
+
+    /// Reads the stamp (first line and file name) of the code object of each frame of
+    /// `stack` at the indices `missing`, in one copy: the `len` bytes from `from` of
+    /// each code object.
+    fn stamp_codes(
+        &self,
+        stack: &mut PythonStack,
+        missing: &[usize],
+        from: u64,
+        len: usize,
+    ) -> Result<(), PythonError> {
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let PythonStack {
+            frames, scratch, ..
+        } = stack;
         scratch.clear();
-        scratch.resize(len * count, 0);
-        let codes = frames.iter().filter(|f| !f.is_shim()).map(|f| f.code);
+        scratch.resize(len * missing.len(), 0);
+        let codes = missing
+            .iter()
+            .filter_map(|&at| frames.get(at))
+            .map(|f| f.code);
         let mut reads: Vec<(u64, &mut [u8])> = codes
             .map(|code| code.wrapping_add(from))
-            .zip(scratch.chunks_exact_mut(len))
+            .zip(scratch.chunks_exact_mut(len.max(1)))
             .collect();
         let results = self.memory.read_exact_each(&mut reads);
         drop(reads);
-        let code_frames = frames.iter_mut().filter(|f| !f.is_shim());
-        for ((frame, result), head) in code_frames.zip(results).zip(scratch.chunks_exact(len)) {
+        let heads = scratch.chunks_exact(len.max(1));
+        for ((&at, result), head) in missing.iter().zip(results).zip(heads) {
+            let Some(frame) = frames.get_mut(at) else {
+                continue;
+            };
             if result.is_err() {
                 return Err(PythonError::Memory {
                     what: "a code object",
                     address: frame.code,
                 });
             }
-            let first_line = {
-                let at = (o.code_firstlineno - from) as usize;
-                u32::from_ne_bytes(head[at..at + 4].try_into().unwrap_or_default())
-            };
-            let filename = ne_u64(head, o.code_filename - from).unwrap_or(0);
-            frame.stamp = stamp(first_line, filename);
+            frame.stamp = self.stamp_of(head, from);
         }
         Ok(())
     }
@@ -437,5 +542,47 @@ impl PythonProcess {
             memory: &self.memory,
         };
         self.walk_in(&mem, tstate, stack)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use otel_ctx_reader::memory::ReadMethod;
+
+    #[test]
+    fn a_window_holds_the_pages_below_and_the_expected_stamps_it_could_copy() {
+        let memory = ProcessMemory::new(std::process::id(), ReadMethod::Auto);
+        let data: Vec<u8> = (0..6 * PAGE as usize).map(|i| (i % 251) as u8).collect();
+        let start = data.as_ptr() as u64;
+        // A page boundary inside the data, with two whole pages below it.
+        let page = (start + 3 * PAGE) & !(PAGE - 1);
+        let at = page + 100;
+        let byte = |addr: u64| data[(addr - start) as usize];
+        // Expected: one readable, then one that is not (nothing after it is copied).
+        let expected = [start + 8, 8, start + 16];
+        let (mut bytes, mut stamps) = (Vec::new(), Vec::new());
+        let mut window = FrameWindow::new(&mut bytes, &expected, &mut stamps, (0, 16));
+        let mut out = [0u8; 24];
+        window.read(&memory, at, &mut out).unwrap();
+        assert_eq!(out[0], byte(at));
+        assert_eq!(window.stamp(start + 8).unwrap()[0], byte(start + 8));
+        assert_eq!(window.stamp(8), None);
+        assert_eq!(window.stamp(start + 16), None);
+        // The pages below were not copied (the unmapped stamp ended the copy): a frame
+        // there is copied anew, with the pages below it, and no stamps.
+        window.read(&memory, page - 200, &mut out).unwrap();
+        assert_eq!(out[..], data[(page - 200 - start) as usize..][..24]);
+        assert!(window.get(page - PAGE - 50, 24).is_some());
+        assert_eq!(window.stamp(start + 8).unwrap()[0], byte(start + 8));
+        // Unmapped: an error, no panic.
+        assert!(window.read(&memory, 16, &mut out).is_err());
+        assert!(window.read(&memory, u64::MAX - 8, &mut out).is_err());
+        // No stamps expected: the pages below come with the first copy.
+        let (mut bytes, mut stamps) = (Vec::new(), Vec::new());
+        let mut window = FrameWindow::new(&mut bytes, &[], &mut stamps, (0, 16));
+        window.read(&memory, at, &mut out).unwrap();
+        assert!(window.get(page - 2 * PAGE, 24).is_some());
+        assert_eq!(window.get(page - 2 * PAGE - 1, 24), None);
     }
 }
