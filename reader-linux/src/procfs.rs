@@ -193,7 +193,7 @@ impl TaskFiles {
             .task
             .as_ref()
             .and_then(|dir| rustix::fs::fstat(dir.fd().ok()?).ok())
-            .map(|stat| stat.st_nlink as u64);
+            .map(|stat| links_of(&stat));
         if all_alive && links == Some(self.links) {
             return Ok(self.listed.clone());
         }
@@ -264,6 +264,12 @@ impl TaskFiles {
     pub fn open_schedstats(&self) -> usize {
         self.schedstat.len()
     }
+}
+
+/// The link count of a file (`st_nlink` is 32 bits wide on some architectures).
+#[allow(clippy::unnecessary_cast)]
+fn links_of(stat: &rustix::fs::Stat) -> u64 {
+    stat.st_nlink as u64
 }
 
 /// The time on a CPU an open `schedstat` says, read from its start.

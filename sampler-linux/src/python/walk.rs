@@ -431,7 +431,6 @@ impl PythonProcess {
                 None => missing.push(at),
             }
         }
-        drop(window);
         drop(expected);
         if stack.loops() {
             return Err(PythonError::Loop);
