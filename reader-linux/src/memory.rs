@@ -225,6 +225,32 @@ impl ProcessMemory {
         results
     }
 
+    /// Copies the ranges of `reads` in order, up to the first that cannot be copied
+    /// whole, and says how many were: for ranges of which only the leading ones may be
+    /// mapped (pages below an address that is), taken in one system call when they can
+    /// be (at most [`MAX_RANGES_PER_CALL`] ranges are looked at). 0 says nothing of why:
+    /// [`read_exact`](Self::read_exact) of the first range does.
+    pub fn read_leading(&self, reads: &mut [(u64, &mut [u8])]) -> usize {
+        let len = reads.len().min(MAX_RANGES_PER_CALL);
+        let reads = &mut reads[..len];
+        if !self.uses_proc_mem() {
+            let whole = process_vm_readv_leading(self.via.get(), reads);
+            if whole > 0 {
+                return whole;
+            }
+        }
+        // Nothing copied by the call (or `/proc/<pid>/mem` in use): range by range, which
+        // also finds a live thread, or turns to `/proc/<pid>/mem` when the call is refused.
+        let mut whole = 0;
+        for (addr, buf) in reads.iter_mut() {
+            if self.read_exact(*addr, buf).is_err() {
+                break;
+            }
+            whole += 1;
+        }
+        whole
+    }
+
     fn pread(&self, addr: u64, buf: &mut [u8]) -> Result<(), CopyError> {
         if self.mem.get().is_none() {
             let path = match live_thread(self.pid) {
@@ -486,6 +512,32 @@ mod tests {
             "{results:?}"
         );
         assert_eq!(&a[..], &data[..16]);
+    }
+
+    #[test]
+    fn leading_ranges_up_to_the_first_unmapped() {
+        let data: Vec<u8> = (0..=255).collect();
+        let at = data.as_ptr() as u64;
+        for method in [
+            ReadMethod::ProcessVmReadv,
+            ReadMethod::ProcMem,
+            ReadMethod::Auto,
+        ] {
+            let mem = ProcessMemory::new(own_pid(), method);
+            let (mut a, mut b, mut c, mut d) = ([0u8; 16], [0u8; 16], [0u8; 16], [0u8; 16]);
+            let mut reads: Vec<(u64, &mut [u8])> = vec![
+                (at + 32, &mut a[..]),
+                (at, &mut b[..]),
+                (8, &mut c[..]),
+                (at + 64, &mut d[..]),
+            ];
+            assert_eq!(mem.read_leading(&mut reads), 2, "{method:?}");
+            assert_eq!(&a[..], &data[32..48], "{method:?}");
+            assert_eq!(&b[..], &data[..16], "{method:?}");
+            let mut reads: Vec<(u64, &mut [u8])> = vec![(8, &mut a[..]), (at, &mut b[..])];
+            assert_eq!(mem.read_leading(&mut reads), 0, "{method:?}");
+            assert_eq!(mem.read_leading(&mut []), 0, "{method:?}");
+        }
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub struct Step {
 enum Engine {
     #[cfg(feature = "ebpf")]
     Ebpf(Box<crate::ebpf::EbpfSampler>),
-    Ptrace(ptrace::Rounds),
+    Ptrace(Box<ptrace::Rounds>),
 }
 
 /// One sampler of the threads of one process or many: see the [module](self).
@@ -152,7 +152,7 @@ impl Sampler {
     }
 
     fn engine(options: &SamplerOptions) -> Result<(Engine, Option<String>), SamplerError> {
-        let ptrace = || Engine::Ptrace(ptrace::Rounds::new(options));
+        let ptrace = || Engine::Ptrace(Box::new(ptrace::Rounds::new(options)));
         match options.method {
             Some(Method::Ptrace) => Ok((ptrace(), None)),
             #[cfg(feature = "ebpf")]

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::stack::{sample_with_python_into, sample_with_stack_into, StackBuffer};
-use otel_ctx_reader::procfs;
+use otel_ctx_reader::procfs::{self, TaskFiles};
 use otel_ctx_reader::thread::tls::{PtraceError, SampleError};
 use otel_ctx_reader::thread::{RecordBuffer, ThreadReader};
 
@@ -37,6 +37,9 @@ pub(super) struct Rounds {
     /// profile, [`Threads::Running`]), and at this one.
     cpu_before: HashMap<(u32, u32), CpuSeen>,
     cpu_now: HashMap<(u32, u32), CpuSeen>,
+    /// Each followed process's thread list and its threads' `schedstat`, kept open from
+    /// round to round.
+    files: HashMap<u32, TaskFiles>,
 }
 
 /// The most of a thread's CPU time put down to its last sample (see [`CpuSeen::owed`]).
@@ -59,11 +62,11 @@ struct CpuSeen {
 impl CpuSeen {
     /// Notes in `seen` what sampling thread `tid` (just counted by
     /// [`Rounds::cpu_weight`]) cost it, read once the thread is resumed.
-    fn sampled(seen: &mut HashMap<(u32, u32), CpuSeen>, pid: u32, tid: u32) {
+    fn sampled(seen: &mut HashMap<(u32, u32), CpuSeen>, files: &mut TaskFiles, pid: u32, tid: u32) {
         let Some(seen) = seen.get_mut(&(pid, tid)) else {
             return;
         };
-        if let Some(after) = procfs::task_cpu_time(pid, tid) {
+        if let Some(after) = files.cpu_time(tid) {
             seen.owed = Self::owed_by_sample(seen.at, after);
         }
     }
@@ -90,6 +93,7 @@ impl Rounds {
             stack: (options.stack_size > 0).then(|| StackBuffer::new(options.stack_size)),
             cpu_before: HashMap::new(),
             cpu_now: HashMap::new(),
+            files: HashMap::new(),
         }
     }
 
@@ -99,8 +103,9 @@ impl Rounds {
     /// time: that round sets its baseline). A thread that is runnable but waits for a CPU
     /// is not counted, nor is a thread's whole period when it had half a CPU. Without
     /// scheduler statistics, a thread in state `R` stands for one period (weight 0).
-    fn cpu_weight(&mut self, pid: u32, tid: u32) -> Option<u64> {
-        let Some(now) = procfs::task_cpu_time(pid, tid) else {
+    fn cpu_weight(&mut self, files: &mut TaskFiles, tid: u32) -> Option<u64> {
+        let pid = files.pid();
+        let Some(now) = files.cpu_time(tid) else {
             return procfs::task_stat(pid, tid)
                 .is_some_and(|s| s.is_running())
                 .then_some(0);
@@ -162,18 +167,21 @@ impl Rounds {
         F: FnMut(&Sample<'_>) -> bool,
     {
         stats.rounds += 1;
+        let mut all_files = std::mem::take(&mut self.files);
+        all_files.retain(|pid, _| processes.contains_key(pid));
         for &pid in order {
             let Some(process) = processes.get_mut(&pid) else {
                 continue;
             };
+            let files = all_files.entry(pid).or_insert_with(|| TaskFiles::new(pid));
             // A process gone since the last exit check lists no threads.
-            let Ok(tids) = procfs::thread_ids(pid) else {
+            let Ok(tids) = files.thread_ids() else {
                 continue;
             };
             let mut reader = readers.get_mut(&pid);
             for tid in tids {
                 let weight_ns = match self.threads {
-                    Threads::Running => match self.cpu_weight(pid, tid) {
+                    Threads::Running => match self.cpu_weight(files, tid) {
                         Some(ran) => ran,
                         None => continue,
                     },
@@ -225,11 +233,17 @@ impl Rounds {
                     // Exited before it could be stopped: left out, as it would be from
                     // the next list of threads.
                     Err(SampleError::Ptrace(PtraceError::Gone)) => continue,
-                    Ok((registers, context)) => (registers, Ok(context)),
+                    Ok((registers, context)) => {
+                        if registers.is_some() {
+                            // Stopped: alive, as far as the next list of threads goes.
+                            files.seen_alive(tid);
+                        }
+                        (registers, Ok(context))
+                    }
                     Err(e) => (None, Err(e)),
                 };
                 if weight_ns > 0 {
-                    CpuSeen::sampled(&mut self.cpu_now, pid, tid);
+                    CpuSeen::sampled(&mut self.cpu_now, files, pid, tid);
                 }
                 let stack = match (&registers, &self.stack) {
                     (Some(_), Some(stack)) => stack.bytes(),
@@ -265,7 +279,12 @@ impl Rounds {
                 *suspect |= changed;
             }
         }
-        // This round's CPU times are the next one's baseline; threads gone since drop out.
+        // This round's CPU times are the next one's baseline; threads gone since drop out,
+        // and their files are closed.
+        for (&pid, files) in &mut all_files {
+            files.retain_threads(|tid| self.cpu_now.contains_key(&(pid, tid)));
+        }
+        self.files = all_files;
         std::mem::swap(&mut self.cpu_before, &mut self.cpu_now);
         self.cpu_now.clear();
         Ok(())

@@ -133,7 +133,8 @@ pub fn sample_with_python_into<'a>(
     let ((registers, walked), context) =
         reader.sample_stopped_into(tid, buffer, |stopped, memory| {
             let (registers, thread_pointer) = copy_stopped_stack(stopped, memory, stack)?;
-            let walked = python.sample(tid, Some(thread_pointer), frames);
+            let copied = Some((registers.sp, stack.bytes()));
+            let walked = python.sample_over(tid, Some(thread_pointer), copied, frames);
             Ok(((registers, walked), thread_pointer))
         })?;
     Ok((registers, context, walked))
@@ -195,7 +196,8 @@ impl StackReader {
     ) -> Result<(UserRegisters, Result<(), PythonError>), SampleError> {
         let stopped = StoppedThread::stop(tid)?;
         let (registers, thread_pointer) = copy_stopped_stack(&stopped, &self.memory, stack)?;
-        let walked = python.sample(tid, Some(thread_pointer), frames);
+        let copied = Some((registers.sp, stack.bytes()));
+        let walked = python.sample_over(tid, Some(thread_pointer), copied, frames);
         Ok((registers, walked))
         // `stopped` is dropped on return: the thread runs on.
     }

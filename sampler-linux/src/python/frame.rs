@@ -62,6 +62,11 @@ impl PythonFrame {
 #[derive(Debug, Default, Clone)]
 pub struct PythonStack {
     pub(super) frames: Vec<PythonFrame>,
+    /// The walk's copies of the target's memory (frames, then code objects' stamps),
+    /// kept from sample to sample.
+    pub(super) scratch: Vec<u8>,
+    /// The stamps of the code objects the walk expected, copied with its first frames.
+    pub(super) expected: Vec<u8>,
 }
 
 impl PythonStack {
@@ -69,6 +74,8 @@ impl PythonStack {
     pub fn new() -> Self {
         Self {
             frames: Vec::with_capacity(MAX_PYTHON_FRAMES),
+            scratch: Vec::new(),
+            expected: Vec::new(),
         }
     }
 

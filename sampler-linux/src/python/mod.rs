@@ -95,6 +95,9 @@ pub struct PythonProcess {
     /// The code objects of the last sample named that could not be read, and why.
     failed: Vec<(u64, u64, PythonError)>,
     threads: std::cell::RefCell<std::collections::HashMap<u32, u64>>,
+    /// The code objects of the last walk, whose stamps the next walk copies with its
+    /// first frames (at most [`walk::MAX_EXPECTED_CODES`]).
+    expected_codes: std::cell::RefCell<Vec<u64>>,
 }
 
 /// The names looked up in an interpreter's `.dynsym`.
@@ -203,6 +206,7 @@ impl PythonProcess {
             codes: CodeCache::default(),
             failed: Vec::new(),
             threads: Default::default(),
+            expected_codes: Default::default(),
         };
         // An interpreter has a main interpreter with a thread list: anything else is not
         // one (or has not started, or has finished).

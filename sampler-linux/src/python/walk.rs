@@ -7,6 +7,7 @@ use super::frame::{
 };
 use super::names::stamp;
 use super::PythonProcess;
+use otel_ctx_reader::memory::{CopyError, ProcessMemory};
 use otel_ctx_reader::thread::tls::TargetMemory;
 
 /// The most interpreters (the main one and subinterpreters) looked through.
@@ -20,6 +21,164 @@ fn word(mem: &dyn TargetMemory, what: &'static str, at: u64) -> Result<u64, Pyth
 fn ne_u64(bytes: &[u8], at: u64) -> Option<u64> {
     let at = usize::try_from(at).ok()?;
     Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// The page size copies of frames are laid out by (the smallest of the architectures
+/// covered: a larger page is mapped whole all the same).
+const PAGE: u64 = 4096;
+
+/// Pages copied below a frame's own page when a frame is read that no earlier copy
+/// holds. CPython (3.11 on) keeps a thread's frames in chunks of its data stack, each
+/// frame above the one it called from: the older frames of the chain are just below.
+const PAGES_BELOW: u64 = 2;
+
+/// The most code objects whose stamps a walk copies with its first frames.
+pub(crate) const MAX_EXPECTED_CODES: usize = 32;
+
+/// The target's memory around the frames of one walk: a frame's page up to its end, and
+/// the pages below it that are mapped, taken in one copy, so that the next frames of
+/// the chain are read without another. The first copy of a walk also takes the stamps
+/// of the code objects it expects (the last walk's): a walk of the same functions then
+/// reads its frames and their code objects' stamps in one copy.
+struct FrameWindow<'a> {
+    bytes: &'a mut Vec<u8>,
+    /// The address of `bytes[start]`.
+    base: u64,
+    start: usize,
+    /// The code objects expected, and their stamps (`stamp_len` bytes each, from the
+    /// code object's address plus `stamp_from`) once copied.
+    expected: &'a [u64],
+    stamps: &'a mut Vec<u8>,
+    stamp_from: u64,
+    stamp_len: usize,
+    /// How many of `expected` have their stamps copied; `None` before the first copy.
+    stamped: Option<usize>,
+}
+
+impl<'a> FrameWindow<'a> {
+    fn new(
+        bytes: &'a mut Vec<u8>,
+        expected: &'a [u64],
+        stamps: &'a mut Vec<u8>,
+        (stamp_from, stamp_len): (u64, usize),
+    ) -> Self {
+        bytes.clear();
+        Self {
+            bytes,
+            base: 0,
+            start: 0,
+            expected,
+            stamps,
+            stamp_from,
+            stamp_len,
+            stamped: None,
+        }
+    }
+
+    /// The copied bytes at `at`, as many as `len`, if the window holds them all.
+    fn get(&self, at: u64, len: usize) -> Option<&[u8]> {
+        let from = usize::try_from(at.checked_sub(self.base)?).ok()?;
+        let held = self.bytes.get(self.start..)?;
+        held.get(from..from.checked_add(len)?)
+    }
+
+    /// The stamp bytes of code object `code`, if it was expected and they were copied.
+    fn stamp(&self, code: u64) -> Option<&[u8]> {
+        let copied = self.expected.get(..self.stamped.unwrap_or(0))?;
+        let at = copied.iter().position(|&c| c == code)?;
+        let from = at.checked_mul(self.stamp_len)?;
+        self.stamps.get(from..from.checked_add(self.stamp_len)?)
+    }
+
+    /// Fills `out` with the target's bytes at `at`: from the window, or from a new copy
+    /// of `at`'s page (up to the end of `out`) and of the mapped pages below it (with the
+    /// expected stamps, the first time).
+    fn read(&mut self, mem: &ProcessMemory, at: u64, out: &mut [u8]) -> Result<(), CopyError> {
+        if let Some(held) = self.get(at, out.len()) {
+            out.copy_from_slice(held);
+            return Ok(());
+        }
+        let Some(end) = at.checked_add(out.len() as u64) else {
+            return mem.read_exact(at, out);
+        };
+        let page = at & !(PAGE - 1);
+        let below = PAGES_BELOW.min(page / PAGE);
+        let low = page - below * PAGE;
+        let (Ok(lower_len), Ok(total)) =
+            (usize::try_from(below * PAGE), usize::try_from(end - low))
+        else {
+            return mem.read_exact(at, out);
+        };
+        self.bytes.clear();
+        self.bytes.resize(total, 0);
+        let (lower, top) = self.bytes.split_at_mut(lower_len);
+        // The frame's page first, then the expected stamps (the first time): the pages
+        // below count only while each one is mapped.
+        let first = self.stamped.is_none();
+        let expected = if first { self.expected } else { &[] };
+        if first {
+            self.stamps.clear();
+            self.stamps.resize(expected.len() * self.stamp_len, 0);
+        }
+        let mut reads: Vec<(u64, &mut [u8])> =
+            Vec::with_capacity(1 + expected.len() + below as usize);
+        reads.push((page, top));
+        let stamps = self.stamps.chunks_exact_mut(self.stamp_len.max(1));
+        reads.extend(
+            expected
+                .iter()
+                .map(|code| code.wrapping_add(self.stamp_from))
+                .zip(stamps),
+        );
+        let pages = lower.chunks_exact_mut(PAGE as usize).enumerate().rev();
+        reads.extend(pages.map(|(i, bytes)| (low + i as u64 * PAGE, bytes)));
+        let copied = mem.read_leading(&mut reads);
+        drop(reads);
+        if self.stamped.is_none() {
+            self.stamped = Some(copied.saturating_sub(1).min(expected.len()));
+        }
+        if copied == 0 {
+            self.bytes.clear();
+            return mem.read_exact(at, out);
+        }
+        let pages_below = copied.saturating_sub(1 + expected.len()) as u64;
+        self.base = page - pages_below * PAGE;
+        self.start = lower_len - pages_below as usize * PAGE as usize;
+        match self.get(at, out.len()) {
+            Some(held) => {
+                out.copy_from_slice(held);
+                Ok(())
+            }
+            None => mem.read_exact(at, out),
+        }
+    }
+}
+
+/// The most bytes of a thread state read with its `native_thread_id`.
+const TSTATE_HEAD: usize = 256;
+
+/// The target's memory, with what was already copied while the thread is stopped read
+/// from the copies.
+struct Copied<'a> {
+    /// Copies of the target's memory, each at its address.
+    regions: [(u64, &'a [u8]); 2],
+    memory: &'a ProcessMemory,
+}
+
+impl TargetMemory for Copied<'_> {
+    fn read_exact_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        for (at, bytes) in self.regions {
+            let held = addr
+                .checked_sub(at)
+                .and_then(|from| usize::try_from(from).ok())
+                .and_then(|from| bytes.get(from..from.checked_add(buf.len())?));
+            if let Some(held) = held {
+                buf.copy_from_slice(held);
+                return Ok(());
+            }
+        }
+        self.memory.read_exact_at(addr, buf)
+    }
 }
 
 impl PythonProcess {
@@ -43,12 +202,39 @@ impl PythonProcess {
     /// and the thread is attached (`thread_pointer` is the stopped thread's), else found
     /// in the interpreters' lists of thread states by `native_thread_id` (and remembered).
     pub fn thread_state(&self, tid: u32, thread_pointer: Option<u64>) -> Result<u64, PythonError> {
+        self.thread_state_head(tid, thread_pointer, &mut [])
+            .map(|(tstate, _)| tstate)
+    }
+
+    /// The bytes of a thread state read with its `native_thread_id`, from the lower of
+    /// it and the word that leads to the current frame up to the end of the higher
+    /// (`None` when they lie too far apart to be read as one).
+    fn tstate_head(&self) -> Option<(u64, usize)> {
+        let o = &self.offsets;
+        let frame_word = o.tstate_cframe.unwrap_or(o.current_frame);
+        let from = o.tstate_native_thread_id.min(frame_word);
+        let to = o.tstate_native_thread_id.max(frame_word) + 8;
+        usize::try_from(to - from)
+            .ok()
+            .filter(|&len| len <= TSTATE_HEAD)
+            .map(|len| (from, len))
+    }
+
+    /// [`thread_state`](Self::thread_state), and when the thread state remembered for
+    /// `tid` is checked, the bytes [`tstate_head`](Self::tstate_head) says read into
+    /// `head` with the same copy (their length, 0 when not read).
+    fn thread_state_head(
+        &self,
+        tid: u32,
+        thread_pointer: Option<u64>,
+        head: &mut [u8],
+    ) -> Result<(u64, usize), PythonError> {
         let mem: &dyn TargetMemory = &self.memory;
         if let (Some(tls), Some(tp)) = (&self.tstate_tls, thread_pointer) {
             if let Ok(Some(slot)) = tls.slot_address(tp, mem) {
                 let tstate = word(mem, "_Py_tss_tstate", slot)?;
                 if tstate != 0 {
-                    return Ok(tstate);
+                    return Ok((tstate, 0));
                 }
             }
         }
@@ -61,8 +247,15 @@ impl PythonProcess {
         };
         let known = self.threads.borrow().get(&tid).copied();
         if let Some(tstate) = known {
-            if native(tstate).ok() == Some(u64::from(tid)) {
-                return Ok(tstate);
+            if let Some((from, len)) = self.tstate_head().filter(|&(_, len)| len <= head.len()) {
+                let head = &mut head[..len];
+                let read = mem.read_exact_at(tstate.wrapping_add(from), head).is_ok();
+                let at = self.offsets.tstate_native_thread_id - from;
+                if read && ne_u64(head, at) == Some(u64::from(tid)) {
+                    return Ok((tstate, len));
+                }
+            } else if native(tstate).ok() == Some(u64::from(tid)) {
+                return Ok((tstate, 0));
             }
             self.threads.borrow_mut().remove(&tid);
         }
@@ -82,7 +275,7 @@ impl PythonProcess {
                         threads.clear();
                     }
                     threads.insert(tid, tstate);
-                    return Ok(tstate);
+                    return Ok((tstate, 0));
                 }
                 tstate = word(
                     mem,
@@ -103,9 +296,23 @@ impl PythonProcess {
     /// (owned by the C stack) marks the frame above it as an entry and is kept as a
     /// marker ([`PythonFrame::is_shim`]); a frame whose instruction lies before its code
     /// is left out (it has not started).
+    ///
+    /// The frames are read through a [`FrameWindow`] (one copy takes a frame and the
+    /// older frames below it in the same data-stack chunk), and the stamps of their code
+    /// objects all in one copy once the chain is known.
     pub fn walk(&self, tstate: u64, stack: &mut PythonStack) -> Result<(), PythonError> {
+        self.walk_in(&self.memory, tstate, stack)
+    }
+
+    /// [`walk`](Self::walk), reading the thread state and what leads from it to the
+    /// current frame through `mem`.
+    fn walk_in(
+        &self,
+        mem: &dyn TargetMemory,
+        tstate: u64,
+        stack: &mut PythonStack,
+    ) -> Result<(), PythonError> {
         stack.clear();
-        let mem: &dyn TargetMemory = &self.memory;
         let o = &self.offsets;
         let mut frame = match o.tstate_cframe {
             Some(cframe) => {
@@ -139,17 +346,25 @@ impl PythonProcess {
             o.code_firstlineno.min(o.code_filename),
             o.code_firstlineno.max(o.code_filename) + 8,
         );
-        let mut code_head = [0u8; 256];
-        let code_head = code_head
-            .get_mut(..(stamp_to - stamp_from) as usize)
-            .ok_or(PythonError::Malformed("a code stamp past 256 bytes"))?;
+        if stamp_to - stamp_from > 256 {
+            return Err(PythonError::Malformed("a code stamp past 256 bytes"));
+        }
+        let stamp_len = (stamp_to - stamp_from) as usize;
+        let expected = self.expected_codes.borrow();
+        let PythonStack {
+            frames,
+            scratch,
+            expected: stamps,
+        } = stack;
+        let mut window = FrameWindow::new(scratch, &expected, stamps, (stamp_from, stamp_len));
         let mut walked = 0;
         while frame != 0 {
             walked += 1;
             if walked > MAX_PYTHON_FRAMES {
                 return Err(PythonError::Loop);
             }
-            mem.read_exact_at(frame, header)
+            window
+                .read(&self.memory, frame, header)
                 .map_err(|_| PythonError::Memory {
                     what: "a _PyInterpreterFrame",
                     address: frame,
@@ -158,18 +373,19 @@ impl PythonProcess {
             let owner = header[o.frame_owner as usize];
             let previous = field(o.frame_previous);
             if o.owner_shim.is_some_and(|shim| owner >= shim) {
-                if let Some(last) = stack.frames.last_mut() {
+                if let Some(last) = frames.last_mut() {
                     last.flags |= FLAG_ENTRY;
                 }
-                if !stack.push(PythonFrame {
+                if frames.len() >= MAX_PYTHON_FRAMES {
+                    return Err(PythonError::Loop);
+                }
+                frames.push(PythonFrame {
                     frame,
                     code: 0,
                     stamp: 0,
                     instruction: 0,
                     flags: FLAG_SHIM,
-                }) {
-                    return Err(PythonError::Loop);
-                }
+                });
                 frame = previous;
                 continue;
             }
@@ -177,16 +393,6 @@ impl PythonProcess {
             let instr = field(o.frame_instr);
             let first = code.wrapping_add(o.code_adaptive);
             if code != 0 && instr >= first {
-                mem.read_exact_at(code.wrapping_add(stamp_from), code_head)
-                    .map_err(|_| PythonError::Memory {
-                        what: "a code object",
-                        address: code,
-                    })?;
-                let first_line = {
-                    let at = (o.code_firstlineno - stamp_from) as usize;
-                    u32::from_ne_bytes(code_head[at..at + 4].try_into().unwrap_or_default())
-                };
-                let filename = ne_u64(code_head, o.code_filename - stamp_from).unwrap_or(0);
                 let mut flags = 0;
                 if o.frame_is_entry.is_some_and(|at| header[at as usize] != 0) {
                     flags |= FLAG_ENTRY;
@@ -195,25 +401,108 @@ impl PythonProcess {
                     flags |= FLAG_GENERATOR;
                 }
                 let instruction = u32::try_from((instr - first) / 2).unwrap_or(u32::MAX);
-                if !stack.push(PythonFrame {
-                    frame,
-                    code,
-                    stamp: stamp(first_line, filename),
-                    instruction,
-                    flags,
-                }) {
+                if frames.len() >= MAX_PYTHON_FRAMES {
                     return Err(PythonError::Loop);
                 }
+                // Its stamp is read below, with the others'.
+                frames.push(PythonFrame {
+                    frame,
+                    code,
+                    stamp: 0,
+                    instruction,
+                    flags,
+                });
             } else if o.frame_is_entry.is_some_and(|at| header[at as usize] != 0) {
                 // An entry frame that has not started: the entry is the frame above it.
-                if let Some(last) = stack.frames.last_mut() {
+                if let Some(last) = frames.last_mut() {
                     last.flags |= FLAG_ENTRY;
                 }
             }
             frame = previous;
         }
+        // The stamps copied with the first frames; the others' are read below.
+        let mut missing = Vec::new();
+        for (at, frame) in frames.iter_mut().enumerate() {
+            if frame.is_shim() {
+                continue;
+            }
+            match window.stamp(frame.code) {
+                Some(head) => frame.stamp = self.stamp_of(head, stamp_from),
+                None => missing.push(at),
+            }
+        }
+        drop(expected);
         if stack.loops() {
             return Err(PythonError::Loop);
+        }
+        self.stamp_codes(stack, &missing, stamp_from, stamp_len)?;
+        // The next walk expects these code objects.
+        let mut expected = self.expected_codes.borrow_mut();
+        expected.clear();
+        for frame in stack.frames.iter().filter(|f| !f.is_shim()) {
+            if expected.len() >= MAX_EXPECTED_CODES {
+                break;
+            }
+            if !expected.contains(&frame.code) {
+                expected.push(frame.code);
+            }
+        }
+        Ok(())
+    }
+
+    /// A code object's stamp from its bytes `from..` (as many as the stamp needs).
+    fn stamp_of(&self, head: &[u8], from: u64) -> u64 {
+        let o = &self.offsets;
+        let first_line = o
+            .code_firstlineno
+            .checked_sub(from)
+            .and_then(|at| usize::try_from(at).ok())
+            .and_then(|at| head.get(at..at.checked_add(4)?))
+            .map_or(0, |b| u32::from_ne_bytes(b.try_into().unwrap_or_default()));
+        let filename = ne_u64(head, o.code_filename.wrapping_sub(from)).unwrap_or(0);
+        stamp(first_line, filename)
+    }
+
+    /// Reads the stamp (first line and file name) of the code object of each frame of
+    /// `stack` at the indices `missing`, in one copy: the `len` bytes from `from` of
+    /// each code object.
+    fn stamp_codes(
+        &self,
+        stack: &mut PythonStack,
+        missing: &[usize],
+        from: u64,
+        len: usize,
+    ) -> Result<(), PythonError> {
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let PythonStack {
+            frames, scratch, ..
+        } = stack;
+        scratch.clear();
+        scratch.resize(len * missing.len(), 0);
+        let codes = missing
+            .iter()
+            .filter_map(|&at| frames.get(at))
+            .map(|f| f.code);
+        let mut reads: Vec<(u64, &mut [u8])> = codes
+            .map(|code| code.wrapping_add(from))
+            .zip(scratch.chunks_exact_mut(len.max(1)))
+            .collect();
+        let results = self.memory.read_exact_each(&mut reads);
+        drop(reads);
+        let heads = scratch.chunks_exact(len.max(1));
+        for ((&at, result), head) in missing.iter().zip(results).zip(heads) {
+            let Some(frame) = frames.get_mut(at) else {
+                continue;
+            };
+            if result.is_err() {
+                return Err(PythonError::Memory {
+                    what: "a code object",
+                    address: frame.code,
+                });
+            }
+            frame.stamp = self.stamp_of(head, from);
         }
         Ok(())
     }
@@ -226,8 +515,73 @@ impl PythonProcess {
         thread_pointer: Option<u64>,
         stack: &mut PythonStack,
     ) -> Result<(), PythonError> {
+        self.sample_over(tid, thread_pointer, None, stack)
+    }
+
+    /// [`sample`](Self::sample), with `copied`: the stopped thread's memory from an
+    /// address (its stack, from the stack pointer up), copied while it is stopped. A
+    /// read that lies in it (3.11's `_PyCFrame`, which each run of the evaluation loop
+    /// keeps on the C stack) is taken from the copy, as is the thread state's word that
+    /// leads to its current frame, read with the check of its `native_thread_id`.
+    pub fn sample_over(
+        &self,
+        tid: u32,
+        thread_pointer: Option<u64>,
+        copied: Option<(u64, &[u8])>,
+        stack: &mut PythonStack,
+    ) -> Result<(), PythonError> {
         stack.clear();
-        let tstate = self.thread_state(tid, thread_pointer)?;
-        self.walk(tstate, stack)
+        let mut head = [0u8; TSTATE_HEAD];
+        let (tstate, head_len) = self.thread_state_head(tid, thread_pointer, &mut head)?;
+        let head_at = self
+            .tstate_head()
+            .map_or(0, |(from, _)| tstate.wrapping_add(from));
+        let mem = Copied {
+            regions: [(head_at, &head[..head_len]), copied.unwrap_or((0, &[]))],
+            memory: &self.memory,
+        };
+        self.walk_in(&mem, tstate, stack)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use otel_ctx_reader::memory::ReadMethod;
+
+    #[test]
+    fn a_window_holds_the_pages_below_and_the_expected_stamps_it_could_copy() {
+        let memory = ProcessMemory::new(std::process::id(), ReadMethod::Auto);
+        let data: Vec<u8> = (0..6 * PAGE as usize).map(|i| (i % 251) as u8).collect();
+        let start = data.as_ptr() as u64;
+        // A page boundary inside the data, with two whole pages below it.
+        let page = (start + 3 * PAGE) & !(PAGE - 1);
+        let at = page + 100;
+        let byte = |addr: u64| data[(addr - start) as usize];
+        // Expected: one readable, then one that is not (nothing after it is copied).
+        let expected = [start + 8, 8, start + 16];
+        let (mut bytes, mut stamps) = (Vec::new(), Vec::new());
+        let mut window = FrameWindow::new(&mut bytes, &expected, &mut stamps, (0, 16));
+        let mut out = [0u8; 24];
+        window.read(&memory, at, &mut out).unwrap();
+        assert_eq!(out[0], byte(at));
+        assert_eq!(window.stamp(start + 8).unwrap()[0], byte(start + 8));
+        assert_eq!(window.stamp(8), None);
+        assert_eq!(window.stamp(start + 16), None);
+        // The pages below were not copied (the unmapped stamp ended the copy): a frame
+        // there is copied anew, with the pages below it, and no stamps.
+        window.read(&memory, page - 200, &mut out).unwrap();
+        assert_eq!(out[..], data[(page - 200 - start) as usize..][..24]);
+        assert!(window.get(page - PAGE - 50, 24).is_some());
+        assert_eq!(window.stamp(start + 8).unwrap()[0], byte(start + 8));
+        // Unmapped: an error, no panic.
+        assert!(window.read(&memory, 16, &mut out).is_err());
+        assert!(window.read(&memory, u64::MAX - 8, &mut out).is_err());
+        // No stamps expected: the pages below come with the first copy.
+        let (mut bytes, mut stamps) = (Vec::new(), Vec::new());
+        let mut window = FrameWindow::new(&mut bytes, &[], &mut stamps, (0, 16));
+        window.read(&memory, at, &mut out).unwrap();
+        assert!(window.get(page - 2 * PAGE, 24).is_some());
+        assert_eq!(window.get(page - 2 * PAGE - 1, 24), None);
     }
 }

@@ -209,6 +209,10 @@ pub fn read_slot(
     )
 }
 
+/// The attrs-data bytes read with a record's header: a record that holds no more is
+/// read in one copy.
+const ATTRS_WITH_HEADER: usize = 228;
+
 /// Follows the slot at `slot` to its record, copying the attrs-data into `attrs_data`
 /// (cleared first; its allocation is reused, so a buffer that has held the largest record
 /// allocates no more). The caller keeps the thread stopped.
@@ -228,9 +232,20 @@ pub fn read_slot_into(
     if address % RECORD_ALIGN as u64 != 0 {
         return Err(SampleError::Misaligned { address });
     }
-    let mut head = [0u8; RECORD_HEADER_SIZE];
-    read(mem, "the record header", address, &mut head)?;
-    let header = RecordHeader::read(&head).map_err(|_| SampleError::Memory {
+    // The header and, in the same copy, as many attrs-data bytes as most records hold;
+    // the header alone when that copy runs into memory that is not mapped.
+    let mut head = [0u8; RECORD_HEADER_SIZE + ATTRS_WITH_HEADER];
+    let with_attrs = mem.read_exact_at(address, &mut head).is_ok();
+    if !with_attrs {
+        read(
+            mem,
+            "the record header",
+            address,
+            &mut head[..RECORD_HEADER_SIZE],
+        )?;
+    }
+    let (head, attrs_read) = head.split_at(RECORD_HEADER_SIZE);
+    let header = RecordHeader::read(head).map_err(|_| SampleError::Memory {
         what: "the record header",
         address,
         source: std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
@@ -249,7 +264,9 @@ pub fn read_slot_into(
         });
     }
     attrs_data.resize(size - RECORD_HEADER_SIZE, 0);
-    if !attrs_data.is_empty() {
+    if let Some(attrs) = attrs_read.get(..attrs_data.len()).filter(|_| with_attrs) {
+        attrs_data.copy_from_slice(attrs);
+    } else if !attrs_data.is_empty() {
         read(
             mem,
             "the record's attrs-data",
