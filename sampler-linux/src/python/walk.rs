@@ -297,9 +297,9 @@ impl PythonProcess {
     /// marker ([`PythonFrame::is_shim`]); a frame whose instruction lies before its code
     /// is left out (it has not started).
     ///
-    /// The frames are read through a [`FrameWindow`] (one copy takes a frame and the
-    /// older frames below it in the same data-stack chunk), and the stamps of their code
-    /// objects all in one copy once the chain is known.
+    /// The frames are read through a window of the target's memory (one copy takes a
+    /// frame and the older frames below it in the same data-stack chunk), and the stamps
+    /// of their code objects all in one copy once the chain is known.
     pub fn walk(&self, tstate: u64, stack: &mut PythonStack) -> Result<(), PythonError> {
         self.walk_in(&self.memory, tstate, stack)
     }
