@@ -69,6 +69,16 @@ pub struct PythonStack {
     pub(super) expected: Vec<u8>,
 }
 
+/// Adds `frame` to `frames` unless they hold [`MAX_PYTHON_FRAMES`] already (then false):
+/// the one bound of a stack, for a walk that holds its frames apart from the stack.
+pub(super) fn push_bounded(frames: &mut Vec<PythonFrame>, frame: PythonFrame) -> bool {
+    if frames.len() >= MAX_PYTHON_FRAMES {
+        return false;
+    }
+    frames.push(frame);
+    true
+}
+
 impl PythonStack {
     /// An empty stack with room for [`MAX_PYTHON_FRAMES`].
     pub fn new() -> Self {
@@ -92,11 +102,7 @@ impl PythonStack {
     /// Adds a frame walked some other way (the eBPF sampler's), newest first; false when
     /// the stack is full.
     pub fn push(&mut self, frame: PythonFrame) -> bool {
-        if self.frames.len() >= MAX_PYTHON_FRAMES {
-            return false;
-        }
-        self.frames.push(frame);
-        true
+        push_bounded(&mut self.frames, frame)
     }
 
     /// Whether two frames of the chain are the same frame: a chain that loops.

@@ -2,8 +2,8 @@
 
 use super::error::PythonError;
 use super::frame::{
-    PythonFrame, PythonStack, FLAG_ENTRY, FLAG_GENERATOR, FLAG_SHIM, MAX_PYTHON_FRAMES,
-    MAX_PYTHON_THREADS, OWNED_BY_GENERATOR,
+    push_bounded, PythonFrame, PythonStack, FLAG_ENTRY, FLAG_GENERATOR, FLAG_SHIM,
+    MAX_PYTHON_FRAMES, MAX_PYTHON_THREADS, OWNED_BY_GENERATOR,
 };
 use super::names::stamp;
 use super::PythonProcess;
@@ -376,16 +376,16 @@ impl PythonProcess {
                 if let Some(last) = frames.last_mut() {
                     last.flags |= FLAG_ENTRY;
                 }
-                if frames.len() >= MAX_PYTHON_FRAMES {
-                    return Err(PythonError::Loop);
-                }
-                frames.push(PythonFrame {
+                let shim = PythonFrame {
                     frame,
                     code: 0,
                     stamp: 0,
                     instruction: 0,
                     flags: FLAG_SHIM,
-                });
+                };
+                if !push_bounded(frames, shim) {
+                    return Err(PythonError::Loop);
+                }
                 frame = previous;
                 continue;
             }
@@ -401,17 +401,17 @@ impl PythonProcess {
                     flags |= FLAG_GENERATOR;
                 }
                 let instruction = u32::try_from((instr - first) / 2).unwrap_or(u32::MAX);
-                if frames.len() >= MAX_PYTHON_FRAMES {
-                    return Err(PythonError::Loop);
-                }
                 // Its stamp is read below, with the others'.
-                frames.push(PythonFrame {
+                let walked = PythonFrame {
                     frame,
                     code,
                     stamp: 0,
                     instruction,
                     flags,
-                });
+                };
+                if !push_bounded(frames, walked) {
+                    return Err(PythonError::Loop);
+                }
             } else if o.frame_is_entry.is_some_and(|at| header[at as usize] != 0) {
                 // An entry frame that has not started: the entry is the frame above it.
                 if let Some(last) = frames.last_mut() {
