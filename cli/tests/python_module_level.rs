@@ -3,8 +3,9 @@
 //! functions, a generator expression, and `sorted` calling a key function back from C).
 //! Every Python frame goes where its evaluation loop runs, never above an evaluation loop
 //! left native (a call that has not linked its frame yet), and the shares of the leaf
-//! functions are within 10 points of py-spy 0.4.3's: our default beside `py-spy
-//! --native`, and `--native false` beside py-spy's default. Root (ptrace, BPF), the
+//! functions are within 10 points of py-spy 0.4.3's (a function and the generator it
+//! drives counted together): our default beside `py-spy --native`, and `--native false`
+//! beside py-spy's default. Root (ptrace, BPF), the
 //! targets of `scripts/python-targets.sh`.
 
 use std::collections::BTreeMap;
@@ -22,13 +23,11 @@ use support::{read_folded, run, text};
 
 /// The script's functions whose leaf shares are compared (py-spy names the generator
 /// expression by its qualified name, as we do).
-const LEAVES: [&str; 5] = [
-    "other_inner",
-    "other_outer.<locals>.<genexpr>",
-    "other_outer",
-    "<lambda>",
-    "<module>",
-];
+const LEAVES: [&str; 5] = ["other_inner", GENERATOR, OUTER, "<lambda>", "<module>"];
+
+/// The function that sums a generator expression, and that generator.
+const OUTER: &str = "other_outer";
+const GENERATOR: &str = "other_outer.<locals>.<genexpr>";
 
 /// The running script, killed and reaped when dropped.
 struct Script(Child);
@@ -159,7 +158,16 @@ fn compare(how: &str, ours: &support::Folded, spy: &support::Folded) {
         bad * 100 <= total,
         "{how}: {bad} of {total} samples have Python frames above an evaluation loop"
     );
-    for name in LEAVES {
+    // `other_outer` and the generator it drives through `sum` are compared together: a
+    // sample taken while `sum` resumes the generator falls on one side or the other, and
+    // py-spy's own split of the two moved by 13 points between runs on a loaded host
+    // (0.28/0.07, then 0.15/0.22), while their sum stayed put. The generator must still
+    // be a leaf of its own in ours, so that its frame is not lost.
+    let pair = |shares: &BTreeMap<&str, f64>| shares[OUTER] + shares[GENERATOR];
+    for name in LEAVES
+        .into_iter()
+        .filter(|n| ![OUTER, GENERATOR].contains(n))
+    {
         assert!(
             (ours[name] - spy[name]).abs() <= 0.10,
             "{how}: {name}'s leaf share {:.2}, py-spy's {:.2}",
@@ -167,6 +175,17 @@ fn compare(how: &str, ours: &support::Folded, spy: &support::Folded) {
             spy[name]
         );
     }
+    assert!(
+        (pair(&ours) - pair(&spy)).abs() <= 0.10,
+        "{how}: {OUTER} with its generator: leaf share {:.2}, py-spy's {:.2}",
+        pair(&ours),
+        pair(&spy)
+    );
+    assert!(
+        ours[GENERATOR] >= 0.05,
+        "{how}: the generator is the leaf of {:.2} of the samples",
+        ours[GENERATOR]
+    );
 }
 
 #[test]
