@@ -83,15 +83,58 @@ fn copy_stopped_stack(
     stack: &mut StackBuffer,
 ) -> Result<(UserRegisters, u64), SampleError> {
     let (registers, thread_pointer) = stopped.registers()?;
-    let copied = memory
-        .read_prefix(registers.sp, stack.spare())
-        .map_err(|e| SampleError::Memory {
-            what: "the stack",
-            address: registers.sp,
-            source: e.into(),
-        })?;
+    let sp = registers.sp;
+    let read = |at: u64, into: &mut [u8]| {
+        memory
+            .read_prefix(at, into)
+            .map_err(|e| SampleError::Memory {
+                what: "the stack",
+                address: at,
+                source: e.into(),
+            })
+    };
+    let spare = stack.spare();
+    let copied = match below_thread_block(sp, thread_pointer, spare.len()) {
+        Some(end) => {
+            let got = read(sp, &mut spare[..end + 8])?;
+            let self_pointer = spare
+                .get(end..end + 8)
+                .filter(|_| got == end + 8)
+                .map(|word| u64::from_ne_bytes(word.try_into().expect("8 bytes")));
+            if self_pointer == Some(thread_pointer) {
+                // The thread's own control block: its stack ends below it.
+                end
+            } else if got < end + 8 {
+                got
+            } else {
+                got + read(sp + got as u64, &mut spare[got..])?
+            }
+        }
+        None => read(sp, spare)?,
+    };
     stack.set_len(copied);
     Ok((registers, thread_pointer))
+}
+
+/// Where a thread's stack ends in a copy of `capacity` bytes from `sp`, when its thread
+/// control block is within reach: the offset of `thread_pointer` from `sp`, if the copy
+/// can also take the control block's first word (`None`: copy `capacity` bytes).
+///
+/// On x86_64 the ELF TLS ABI (variant II) has the thread pointer point at the thread
+/// control block, whose first word points at itself, with the static TLS blocks below
+/// it; glibc and musl put the block and the TLS at the top of each thread's stack
+/// mapping, so that thread's frames all lie below the thread pointer. A worker thread's
+/// stack is often a few KiB deep: copying up to the block, where its self pointer
+/// confirms it, saves copying the rest of the default 16 KiB, which holds only the TLS,
+/// the guard page or another thread's memory. The main thread's TLS is not on its stack,
+/// and other architectures keep the TLS above the thread pointer: they copy the whole
+/// capacity.
+fn below_thread_block(sp: u64, thread_pointer: u64, capacity: usize) -> Option<usize> {
+    if !cfg!(target_arch = "x86_64") || thread_pointer <= sp {
+        return None;
+    }
+    let end = usize::try_from(thread_pointer - sp).ok()?;
+    (end.checked_add(8)? <= capacity).then_some(end)
 }
 
 /// Stops thread `tid` of `reader`'s process, takes its user registers, copies the top of
@@ -221,5 +264,22 @@ mod tests {
         b.set_len(100);
         assert_eq!(b.bytes().len(), 8);
         assert_eq!(StackBuffer::new(1 << 30).capacity(), MAX_STACK_SIZE);
+    }
+
+    #[test]
+    fn the_copy_ends_at_a_thread_block_in_reach() {
+        let sp = 0x7f00_0000_1000;
+        let expect = |end: usize| cfg!(target_arch = "x86_64").then_some(end);
+        // 3.5 KiB of frames below the thread pointer, and room for its first word.
+        assert_eq!(below_thread_block(sp, sp + 3584, 16384), expect(3584));
+        assert_eq!(below_thread_block(sp, sp + 16376, 16384), expect(16376));
+        // Out of reach: the whole capacity is copied.
+        assert_eq!(below_thread_block(sp, sp + 16377, 16384), None);
+        assert_eq!(below_thread_block(sp, sp + (1 << 40), 16384), None);
+        // The main thread's TLS, below its stack; and no thread pointer at all.
+        assert_eq!(below_thread_block(sp, sp - 4096, 16384), None);
+        assert_eq!(below_thread_block(sp, 0, 16384), None);
+        assert_eq!(below_thread_block(sp, sp, 16384), None);
+        assert_eq!(below_thread_block(u64::MAX - 4, u64::MAX, 16384), expect(4));
     }
 }

@@ -43,3 +43,56 @@ fn a_process_without_thread_contexts_sampled_by_its_stacks() {
         Err(SampleError::Ptrace(PtraceError::Gone))
     ));
 }
+
+/// A worker thread's copy ends at its thread control block (x86_64: its stack lies below
+/// it, a few KiB deep), while the main thread's, whose TLS is elsewhere, takes what its
+/// stack mapping holds.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_worker_thread_is_copied_up_to_its_thread_block() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let script = "import threading, time\n\
+        t = threading.Thread(target=time.sleep, args=(600,))\n\
+        t.start()\n\
+        print('ready', t.native_id, flush=True)\n\
+        t.join()\n";
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start python3");
+    let target = KillOnDrop(&mut child);
+    let mut line = String::new();
+    BufReader::new(target.0.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .expect("its ready line");
+    let worker: u32 = line
+        .trim()
+        .strip_prefix("ready ")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let reader = StackReader::new(target.0.id());
+    let mut stack = StackBuffer::new(64 * 1024);
+    reader
+        .sample_stack_into(worker, &mut stack)
+        .expect("a sample");
+    let copied = stack.bytes().len();
+    // Before the thread block was looked for, the copy ran on through the TLS to the
+    // capacity: a thread's stack mapping holds its TLS and control block above the stack.
+    assert!(
+        (256..16 * 1024).contains(&copied),
+        "{copied} bytes of a sleeping worker's stack"
+    );
+}
+
+/// Kills and reaps the child when dropped.
+struct KillOnDrop<'a>(&'a mut std::process::Child);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
