@@ -38,7 +38,9 @@ fn env(pairs: &[(&'static str, &'static str)]) -> Env {
 
 fn http(destination: Result<Destination, ConfigError>) -> (String, Vec<(String, String)>, bool) {
     match destination {
-        Ok(Destination::Http { url, headers, gzip }) => (url, headers, gzip),
+        Ok(Destination::Http {
+            url, headers, gzip, ..
+        }) => (url, headers, gzip),
         other => panic!("{other:?}"),
     }
 }
@@ -273,6 +275,7 @@ fn retries_what_the_collector_asks_to_retry_and_sends_it_whole() {
         url: format!("{url}/{PROFILES_PATH}"),
         headers: vec![("Authorization".to_owned(), "Bearer t".to_owned())],
         gzip: true,
+        tls: Default::default(),
     };
     let exporter =
         Exporter::start(options(destination).with_user_agent("test-agent/1")).expect("start");
@@ -329,6 +332,7 @@ fn a_status_not_worth_retrying_rejects_the_request() {
         url,
         headers: Vec::new(),
         gzip: false,
+        tls: Default::default(),
     }))
     .expect("start");
     exporter.submit(vec![profile(1, 1)]);
@@ -372,6 +376,7 @@ fn a_partial_success_is_counted() {
         url,
         headers: Vec::new(),
         gzip: true,
+        tls: Default::default(),
     }))
     .expect("start");
     exporter.submit(vec![profile(1, 1), profile(2, 1), profile(3, 1)]);
@@ -402,6 +407,7 @@ fn while_the_collector_is_down_the_queue_keeps_its_bound() {
                 url: format!("http://127.0.0.1:{port}"),
                 headers: Vec::new(),
                 gzip: true,
+                tls: Default::default(),
             },
             scope(),
         )
@@ -460,6 +466,7 @@ fn a_stalled_collector_never_blocks_the_caller() {
                 url,
                 headers: Vec::new(),
                 gzip: true,
+                tls: Default::default(),
             },
             scope(),
         )

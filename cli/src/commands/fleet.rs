@@ -28,7 +28,9 @@ use super::{sampler_failure, text, Failure, INTERRUPTED, SUMMARY_ASKED};
 /// How long a step of the loop lasts at most.
 const TICK: Duration = Duration::from_millis(100);
 
-/// The fleet's loop: its profiles sent as it goes, or written at the end.
+/// The fleet's loop: its profiles sent as it goes, or written at the end. One per run,
+/// on the stack: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Run {
     Exporting(ExportingFleet),
     Files(FleetProfiler),
@@ -41,6 +43,13 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
         request.otlp.as_ref().map(Option::as_deref),
         &request.otlp_header,
         request.otlp_file.as_deref(),
+        otlp::TlsFlags {
+            ca: request.otlp_ca.as_deref(),
+            client: request
+                .otlp_client_cert
+                .as_deref()
+                .zip(request.otlp_client_key.as_deref()),
+        },
         &env,
     )
     .map_err(Failure::Unusable)?;

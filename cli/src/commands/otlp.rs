@@ -14,12 +14,14 @@ use otel_ctx_profile::export::{self, ConfigError, Destination, Environment};
 /// The destination `--otlp [URL]`, `--otlp-header` and `--otlp-file` ask for: a file,
 /// or OTLP/HTTP with the exporter's environment filling in what the flags leave out
 /// (`export::http_destination`); `--otlp-header` overrides the environment's headers
-/// key by key. `None` when neither `--otlp` nor `--otlp-file` is given.
+/// key by key, and the TLS flags the environment's TLS settings. `None` when neither
+/// `--otlp` nor `--otlp-file` is given.
 #[cfg(feature = "ebpf")]
 pub fn destination(
     otlp: Option<Option<&str>>,
     headers: &[String],
     file: Option<&Path>,
+    flags: TlsFlags<'_>,
     env: &dyn Environment,
 ) -> Result<Option<Destination>, String> {
     let url = match (otlp, file) {
@@ -32,13 +34,59 @@ pub fn destination(
         .iter()
         .map(|header| export::parse_header(header).map_err(|e| format!("--otlp-header {e}")))
         .collect::<Result<Vec<_>, _>>()?;
-    export::http_destination(url, headers, env)
-        .map(Some)
-        .map_err(|e| match e {
-            // The URL the flag gave, named by its flag.
-            ConfigError::NotHttp { .. } if url.is_some() => format!("--otlp {e}"),
-            e => e.to_string(),
-        })
+    let mut destination = export::http_destination(url, headers, env).map_err(|e| match e {
+        // The URL the flag gave, named by its flag.
+        ConfigError::NotHttp { .. } if url.is_some() => format!("--otlp {e}"),
+        e => e.to_string(),
+    })?;
+    if let Destination::Http { url, tls, .. } = &mut destination {
+        apply_tls_flags(url, tls, flags).map_err(|e| e.to_string())?;
+    }
+    Ok(Some(destination))
+}
+
+/// `--otlp-ca`, `--otlp-client-cert` and `--otlp-client-key`: the files they name, read
+/// now.
+#[cfg(feature = "ebpf")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TlsFlags<'a> {
+    /// `--otlp-ca`.
+    pub ca: Option<&'a Path>,
+    /// `--otlp-client-cert` with `--otlp-client-key`.
+    pub client: Option<(&'a Path, &'a Path)>,
+}
+
+/// Puts `flags` in place of what the environment said, for an `https://` URL; for
+/// another, a flag is an error.
+#[cfg(feature = "ebpf")]
+fn apply_tls_flags(
+    url: &str,
+    tls: &mut export::Tls,
+    flags: TlsFlags<'_>,
+) -> Result<(), ConfigError> {
+    let given = [
+        (flags.ca.is_some(), "--otlp-ca"),
+        (flags.client.is_some(), "--otlp-client-cert"),
+    ];
+    if let Some((_, setting)) = given.iter().find(|(set, _)| *set) {
+        if !url.starts_with("https://") {
+            return Err(ConfigError::NotTls {
+                setting: (*setting).to_owned(),
+                url: url.to_owned(),
+            });
+        }
+    }
+    if let Some(ca) = flags.ca {
+        tls.trusted = Some(export::Trusted::read(ca, "--otlp-ca")?);
+    }
+    if let Some((certificate, key)) = flags.client {
+        tls.client = Some(export::ClientIdentity::read(
+            certificate,
+            key,
+            ["--otlp-client-cert", "--otlp-client-key"],
+        )?);
+    }
+    Ok(())
 }
 
 /// The request timeout: `--otlp-timeout`, else the environment's, else the default.
@@ -92,17 +140,28 @@ mod tests {
                 (name == "OTEL_EXPORTER_OTLP_HEADERS").then(|| "x-tenant=env".to_owned())
             }
         }
-        assert_eq!(destination(None, &[], None, &Env), Ok(None));
+        assert_eq!(
+            destination(None, &[], None, TlsFlags::default(), &Env),
+            Ok(None)
+        );
         let path = Path::new("/tmp/x.otlp");
         assert_eq!(
-            destination(None, &[], Some(path), &Env),
+            destination(None, &[], Some(path), TlsFlags::default(), &Env),
             Ok(Some(Destination::File(path.to_owned())))
         );
-        assert!(destination(Some(None), &[], Some(path), &Env)
-            .unwrap_err()
-            .contains("not both"));
+        assert!(
+            destination(Some(None), &[], Some(path), TlsFlags::default(), &Env)
+                .unwrap_err()
+                .contains("not both")
+        );
         let flags = ["X-Tenant=flag".to_owned()];
-        match destination(Some(Some("http://c:1")), &flags, None, &Env) {
+        match destination(
+            Some(Some("http://c:1")),
+            &flags,
+            None,
+            TlsFlags::default(),
+            &Env,
+        ) {
             Ok(Some(Destination::Http { url, headers, .. })) => {
                 assert_eq!(url, "http://c:1/v1development/profiles");
                 assert_eq!(headers, [("X-Tenant".to_owned(), "flag".to_owned())]);
@@ -110,14 +169,63 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(
-            destination(Some(None), &["novalue".to_owned()], None, &Env),
+            destination(
+                Some(None),
+                &["novalue".to_owned()],
+                None,
+                TlsFlags::default(),
+                &Env
+            ),
             Err("--otlp-header \"novalue\": give KEY=VALUE".to_owned())
         );
-        let e = destination(Some(Some("collector:4317")), &[], None, &Env).unwrap_err();
+        let e = destination(
+            Some(Some("collector:4317")),
+            &[],
+            None,
+            TlsFlags::default(),
+            &Env,
+        )
+        .unwrap_err();
         assert!(e.starts_with("--otlp collector:4317/"), "{e}");
         assert!(e.contains("give an http:// or https:// URL"), "{e}");
         let flag = Some(Duration::from_secs(2));
         assert_eq!(timeout(flag, &Env), Ok(Duration::from_secs(2)));
         assert_eq!(timeout(None, &Env), Ok(export::DEFAULT_TIMEOUT));
+    }
+
+    #[cfg(feature = "ebpf")]
+    #[test]
+    fn the_tls_flags_are_for_https_and_read_at_once() {
+        struct Env;
+        impl Environment for Env {
+            fn var(&self, _: &str) -> Option<String> {
+                None
+            }
+        }
+        let missing = Path::new("/nonexistent/ca.pem");
+        let flags = TlsFlags {
+            ca: Some(missing),
+            client: None,
+        };
+        let plain = destination(Some(Some("http://c:4318")), &[], None, flags, &Env).unwrap_err();
+        assert!(
+            plain.contains("--otlp-ca is for an https:// URL"),
+            "{plain}"
+        );
+        let unread = destination(Some(Some("https://c:4318")), &[], None, flags, &Env).unwrap_err();
+        assert!(
+            unread.starts_with("--otlp-ca /nonexistent/ca.pem: "),
+            "{unread}"
+        );
+        let client = TlsFlags {
+            ca: None,
+            client: Some((missing, missing)),
+        };
+        let unread =
+            destination(Some(Some("https://c:4318")), &[], None, client, &Env).unwrap_err();
+        assert!(
+            unread.starts_with("--otlp-client-cert /nonexistent/ca.pem: "),
+            "{unread}"
+        );
     }
 }

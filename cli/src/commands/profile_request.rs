@@ -88,6 +88,19 @@ pub struct Request {
     /// added to OTEL_EXPORTER_OTLP_HEADERS).
     #[arg(long, value_name = "KEY=VALUE")]
     pub otlp_header: Vec<String>,
+    /// Trust the receiver's certificate if it leads to one of the PEM file's
+    /// certificates, in place of the Mozilla roots (an https:// --otlp; default:
+    /// OTEL_EXPORTER_OTLP_PROFILES_CERTIFICATE or OTEL_EXPORTER_OTLP_CERTIFICATE).
+    #[arg(long, value_name = "FILE")]
+    pub otlp_ca: Option<PathBuf>,
+    /// The client certificate (PEM) for a receiver that asks for one, with
+    /// --otlp-client-key (default: OTEL_EXPORTER_OTLP_[PROFILES_]CLIENT_CERTIFICATE).
+    #[arg(long, value_name = "FILE", requires = "otlp_client_key")]
+    pub otlp_client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM), with --otlp-client-cert (default:
+    /// OTEL_EXPORTER_OTLP_[PROFILES_]CLIENT_KEY).
+    #[arg(long, value_name = "FILE", requires = "otlp_client_cert")]
+    pub otlp_client_key: Option<PathBuf>,
     /// Append the OTLP requests to this file instead of sending them: each a 4-byte
     /// big-endian length, then the `ExportProfilesServiceRequest` protobuf (eBPF only).
     #[arg(long, value_name = "FILE", conflicts_with = "otlp")]

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::tls::Tls;
+
 /// The path of the profiles signal under an OTLP/HTTP base URL.
 pub const PROFILES_PATH: &str = "v1development/profiles";
 /// The collector's OTLP/HTTP address when none is given (the OTLP default).
@@ -22,6 +24,8 @@ pub enum Destination {
         headers: Vec<(String, String)>,
         /// Gzip the body (`Content-Encoding: gzip`).
         gzip: bool,
+        /// Whom an `https://` receiver is trusted by, and the client certificate.
+        tls: Tls,
     },
     /// A file of requests, each a 4-byte big-endian length then the protobuf bytes.
     File(PathBuf),

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::destination::{Destination, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, PROFILES_PATH};
+use super::tls::Tls;
 
 /// Where the `OTEL_EXPORTER_OTLP_*` settings come from.
 pub trait Environment {
@@ -76,6 +77,32 @@ pub enum ConfigError {
         /// Its value.
         value: String,
     },
+    /// A PEM file of the TLS settings cannot be used.
+    #[error("{setting} {}: {reason}", path.display())]
+    Pem {
+        /// The flag or variable that named it.
+        setting: String,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A client certificate without its key, or a key without its certificate.
+    #[error("{given} is set, and {missing} is not: give both, or neither")]
+    Pair {
+        /// The setting given.
+        given: String,
+        /// The one missing.
+        missing: String,
+    },
+    /// TLS settings for a URL that does not use TLS.
+    #[error("{setting} is for an https:// URL, and the destination is {url}")]
+    NotTls {
+        /// The setting.
+        setting: String,
+        /// The URL.
+        url: String,
+    },
     /// `OTEL_EXPORTER_OTLP_[PROFILES_]TIMEOUT` is not a positive number of milliseconds.
     #[error("{variable}={value}: give milliseconds, such as 10000")]
     Timeout {
@@ -87,7 +114,10 @@ pub enum ConfigError {
 }
 
 /// The first of `names` that `env` sets, with its value.
-fn first(env: &dyn Environment, names: [&'static str; 2]) -> Option<(&'static str, String)> {
+pub(super) fn first(
+    env: &dyn Environment,
+    names: [&'static str; 2],
+) -> Option<(&'static str, String)> {
     names
         .into_iter()
         .find_map(|name| env.var(name).map(|value| (name, value)))
@@ -100,7 +130,9 @@ fn first(env: &dyn Environment, names: [&'static str; 2]) -> Option<(&'static st
 /// (`key=value,...`, values percent-decoded), then `headers`, each replacing a header of
 /// the same name (any case) given before it; `OTEL_EXPORTER_OTLP_[PROFILES_]COMPRESSION`
 /// `none` turns gzip off. `OTEL_EXPORTER_OTLP_[PROFILES_]PROTOCOL`, when set, must be
-/// `http/protobuf`.
+/// `http/protobuf`. The TLS settings of an `https://` URL come from
+/// `OTEL_EXPORTER_OTLP_[PROFILES_]CERTIFICATE`, `_CLIENT_CERTIFICATE` and `_CLIENT_KEY`
+/// ([`Tls::from_environment`]); an `http://` URL takes none, whatever they say.
 pub fn http_destination(
     url: Option<&str>,
     headers: Vec<(String, String)>,
@@ -169,10 +201,16 @@ pub fn http_destination(
         Some((_, value)) if value.trim() == "none" => false,
         Some((variable, value)) => return Err(ConfigError::Compression { variable, value }),
     };
+    let tls = if url.starts_with("https://") {
+        Tls::from_environment(env)?
+    } else {
+        Tls::default()
+    };
     Ok(Destination::Http {
         url,
         headers: all,
         gzip,
+        tls,
     })
 }
 

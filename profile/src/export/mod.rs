@@ -54,6 +54,7 @@ use crate::Profile;
 mod destination;
 mod environment;
 mod stats;
+mod tls;
 mod worker;
 
 pub use destination::{Destination, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, PROFILES_PATH};
@@ -62,6 +63,7 @@ pub use environment::{
 };
 
 pub use stats::{Delivery, Loss, Stats};
+pub use tls::{ClientIdentity, Tls, Trusted};
 
 use stats::lock;
 use worker::{Message, Sink, Worker};
@@ -157,9 +159,15 @@ impl Exporter {
     /// that a path that cannot be written is said at once.
     pub fn start(options: Options) -> Result<Self, StartError> {
         let sink = match &options.destination {
-            Destination::Http { url, headers, gzip } => Sink::Http {
+            Destination::Http {
+                url,
+                headers,
+                gzip,
+                tls,
+            } => Sink::Http {
                 agent: ureq::Agent::config_builder()
                     .timeout_global(Some(options.timeout))
+                    .tls_config(tls.config())
                     .http_status_as_error(false)
                     .user_agent(options.user_agent.as_str())
                     .build()

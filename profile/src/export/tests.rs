@@ -33,6 +33,7 @@ fn a_destination_describes_itself() {
         url: "http://c:4318/v1development/profiles".to_owned(),
         headers: Vec::new(),
         gzip: true,
+        tls: Default::default(),
     };
     assert_eq!(http.describe(), "http://c:4318/v1development/profiles");
     assert_eq!(Destination::File("/tmp/x".into()).describe(), "/tmp/x");
