@@ -77,11 +77,17 @@ fn python_path() -> String {
 /// Every request in `dir` (`*.pb`), decoded by the Python bindings: one JSON object per
 /// profile.
 fn decode(dir: &Path) -> Vec<serde_json::Value> {
+    decode_with(dir, &[])
+}
+
+/// [`decode`] with the decoder's `args` (`--forwarded`: requests a Collector passed on).
+fn decode_with(dir: &Path, args: &[&str]) -> Vec<serde_json::Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/otlp/decode.py");
     let out = bounded::output(
         Command::new("python3")
             .arg(script)
             .arg(dir)
+            .args(args)
             .env("PYTHONPATH", python_path()),
         bounded::DEADLINE,
     )
@@ -190,6 +196,21 @@ impl Tool {
     /// `otel-ctx profile --all <args>`.
     fn start(args: &[&str], dir: &Path) -> Self {
         Self::profile(&[&["--all"], args].concat(), dir)
+    }
+
+    /// `otel-ctx profile --all <url>` until SIGTERM, exporting every second into a
+    /// queue of 4 KiB (about four requests of one fixture), each attempt at most 2 s.
+    fn queued(url: &str, dir: &Path) -> Self {
+        let args = ["--export-interval", "1s", "--otlp-queue", "4KiB"];
+        Self::start(
+            &[
+                &[url],
+                &args[..],
+                &["--otlp-timeout", "2s", "--duration", "0"],
+            ]
+            .concat(),
+            dir,
+        )
     }
 
     fn profile(args: &[&str], dir: &Path) -> Self {
@@ -437,20 +458,7 @@ fn the_collector_down_for_ten_seconds_then_up() {
     let url = format!("--otlp=http://127.0.0.1:{port}");
     // A request of one interval is about 1 KiB here: ten seconds down fill this.
     let queue = 4 * 1024;
-    let tool = Tool::start(
-        &[
-            &url,
-            "--export-interval",
-            "1s",
-            "--otlp-queue",
-            "4KiB",
-            "--otlp-timeout",
-            "2s",
-            "--duration",
-            "0",
-        ],
-        &dir,
-    );
+    let tool = Tool::queued(&url, &dir);
     let down_from = Instant::now();
     std::thread::sleep(Duration::from_secs(10));
     let listener = TcpListener::bind(("127.0.0.1", port)).expect("the port again");
@@ -628,4 +636,282 @@ fn a_run_that_lost_part_of_its_profiles_says_how_much_and_exits_4() {
     let lost = number_before(stderr.trim_end().lines().last().unwrap(), "samples)");
     assert!(lost > 0, "{stderr}");
     drop(fixture);
+}
+
+/// The Collector `scripts/collector.sh` builds (ocb, the OTLP receiver and the OTLP/HTTP
+/// exporter, pinned).
+fn collector_binary() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/collector/build/otelcol-otel-ctx-test");
+    assert!(
+        path.exists(),
+        "{} is missing: bash scripts/collector.sh",
+        path.display()
+    );
+    path
+}
+
+/// An OpenTelemetry Collector that takes OTLP/HTTP on 127.0.0.1:`port` and passes every
+/// profile on to `forward` (OTLP/HTTP, gzip), its log in `dir`; killed when dropped.
+struct Collector {
+    child: KillOnDrop,
+    log: PathBuf,
+}
+
+impl Collector {
+    fn start(dir: &Path, port: u16, forward: &str) -> Self {
+        let config = dir.join("collector.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n\
+                 exporters:\n  otlp_http:\n    endpoint: {forward}\n    compression: gzip\n\
+                 service:\n  pipelines:\n    profiles:\n      receivers: [otlp]\n      exporters: [otlp_http]\n\
+                 \x20 telemetry:\n    metrics:\n      level: none\n"
+            ),
+        )
+        .expect("write the Collector's configuration");
+        let log = dir.join(format!("collector-{port}.log"));
+        let child = Command::new(collector_binary())
+            .arg(format!("--config=file:{}", config.display()))
+            .arg("--feature-gates=service.profilesSupport")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("the Collector's log"))
+            .spawn()
+            .expect("start the Collector");
+        let collector = Self {
+            child: KillOnDrop(child),
+            log,
+        };
+        wait_for(Duration::from_secs(30), "the Collector's receiver", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        collector
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops it with SIGTERM and waits for it; its log.
+    fn stop(mut self) -> String {
+        // SAFETY: kill(2) on the child this test started and has not reaped.
+        let rc = unsafe { libc::kill(self.child.0.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(rc, 0, "kill");
+        bounded::wait(&mut self.child.0, "the Collector", bounded::DEADLINE);
+        self.log()
+    }
+}
+
+/// Where a test's Collector listens, and where it passes profiles on to.
+struct Relay {
+    port: u16,
+    downstream: String,
+}
+
+impl Relay {
+    /// The tool's flag that sends to the Collector.
+    fn flag(&self) -> String {
+        format!("--otlp=http://127.0.0.1:{}", self.port)
+    }
+
+    /// A new Collector on the same port, to the same receiver.
+    fn restart(&self, dir: &Path) -> Collector {
+        Collector::start(dir, self.port, &self.downstream)
+    }
+}
+
+/// A Collector on a free port that passes profiles on to a receiver of the test's: the
+/// Collector, the receiver's inbox, and where they are.
+fn relay(dir: &Path) -> (Collector, Arc<Mutex<Inbox>>, Relay) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let downstream = format!("http://{}", listener.local_addr().unwrap());
+    let inbox = Arc::new(Mutex::new(Inbox::default()));
+    serve(listener, inbox.clone());
+    let relay = Relay {
+        port: closed_port(),
+        downstream,
+    };
+    (relay.restart(dir), inbox, relay)
+}
+
+/// The lines of a Collector's log at level error or warn.
+fn complaints(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.contains("\terror\t") || l.contains("\twarn\t"))
+        .collect()
+}
+
+/// The samples of decoded `profiles`, each counted by its value.
+fn samples_in(profiles: &[serde_json::Value]) -> u64 {
+    profiles
+        .iter()
+        .flat_map(|p| p["samples"].as_array().unwrap().iter())
+        .map(|s| s["values"][0].as_u64().unwrap())
+        .sum()
+}
+
+/// `N samples` in the summary's `sent (...)`.
+fn samples_sent(stderr: &str) -> u64 {
+    let sent = stderr.rfind(" sent (").expect("the export summary");
+    number_before(&stderr[sent..], " samples,")
+}
+
+/// Two publishing fixtures profiled with `--all --otlp` through a real OpenTelemetry
+/// Collector: what it passes on holds each service's resource, its routes as sample
+/// attributes, its trace ids as links, and as many samples as the summary says were
+/// sent; the Collector logs no error or warning about the requests.
+#[test]
+fn every_publisher_through_a_real_collector() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("real-collector");
+    let exe = routes_fixture();
+    let services = ["collector-first", "collector-second"];
+    let fixtures: Vec<Fixture> = services
+        .iter()
+        .map(|s| Fixture::start_with_env(&exe, &[], &[("OTEL_SERVICE_NAME", s)]))
+        .collect();
+    let (collector, inbox, relay) = relay(&dir);
+    let url = relay.flag();
+    let tool = Tool::start(&[&url, "--export-interval", "1s", "--duration", "4s"], &dir);
+    let (code, stdout, stderr) = tool.wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let sent = samples_sent(&stderr);
+    // The Collector passes the last request on within a few seconds.
+    let received = || -> u64 {
+        let inbox = inbox.lock().unwrap();
+        let dir = scratch("real-collector-decoded");
+        store(&inbox, &dir);
+        samples_in(&decode_with(&dir, &["--forwarded"]))
+    };
+    wait_for(Duration::from_secs(20), "every sample passed on", || {
+        received() >= sent
+    });
+    let log = collector.stop();
+    assert_eq!(received(), sent, "{stderr}");
+    assert!(complaints(&log).is_empty(), "{log}");
+    let inbox = inbox.lock().unwrap();
+    assert!(inbox.bad.is_empty(), "{:?}", inbox.bad);
+    store(&inbox, &dir);
+    let profiles = decode_with(&dir, &["--forwarded"]);
+    for (fixture, service) in fixtures.iter().zip(services) {
+        let mine = of_pid(&profiles, fixture.pid);
+        assert!(!mine.is_empty(), "no profile of {service}: {stderr}");
+        let mut traces: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for profile in &mine {
+            assert_eq!(profile["resource"]["service.name"], service);
+            for sample in profile["samples"].as_array().unwrap() {
+                if let Some(route) = sample["attributes"]["http.route"].as_str() {
+                    traces
+                        .entry(route.to_owned())
+                        .or_default()
+                        .insert(sample["trace_id"].as_str().unwrap().to_owned());
+                }
+            }
+        }
+        // Each route's samples link to its thread's trace (routes.c: 0x11 times the
+        // route's index plus one, in every byte).
+        for (n, (route, _)) in ROUTES.iter().enumerate() {
+            let trace = format!("{:02x}", 0x11 * (n + 1)).repeat(16);
+            assert_eq!(
+                traces.get(*route),
+                Some(&BTreeSet::from([trace])),
+                "{service} {route}"
+            );
+        }
+    }
+}
+
+/// A real Collector stopped for 10 s, then started again on its port: what the tool
+/// queued meanwhile arrives through it, what its 4 KiB queue could not hold is dropped,
+/// counted and said (exit status 4), and every sample the tool says it sent comes out of
+/// the Collector.
+#[test]
+fn a_real_collector_down_for_ten_seconds_then_up() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("real-collector-down");
+    let fixture = Fixture::start_with_env(
+        &routes_fixture(),
+        &[],
+        &[("OTEL_SERVICE_NAME", "collector-down")],
+    );
+    let (collector, inbox, relay) = relay(&dir);
+    let url = relay.flag();
+    let tool = Tool::queued(&url, &dir);
+    let received = || inbox.lock().unwrap().requests.len();
+    wait_for(
+        Duration::from_secs(20),
+        "a request through the Collector",
+        || received() >= 1,
+    );
+    let first_log = collector.stop();
+    let down_from = SystemTime::now();
+    std::thread::sleep(Duration::from_secs(10));
+    let up_at = SystemTime::now();
+    let collector = relay.restart(&dir);
+    let before = received();
+    wait_for(
+        Duration::from_secs(40),
+        "requests once the Collector is up",
+        || received() >= before + 3,
+    );
+    let stderr = tool.stop(Duration::from_secs(15), 4);
+    // What the tool sent before it stopped reaches the Collector's downstream.
+    let sent = samples_sent(&stderr);
+    let passed_on = || -> (u64, Vec<serde_json::Value>) {
+        let dir = scratch("real-collector-down-decoded");
+        store(&inbox.lock().unwrap(), &dir);
+        let profiles = decode_with(&dir, &["--forwarded"]);
+        (samples_in(&profiles), profiles)
+    };
+    wait_for(
+        Duration::from_secs(20),
+        "every sample sent passed on",
+        || passed_on().0 >= sent,
+    );
+    let second_log = collector.stop();
+    let (samples, profiles) = passed_on();
+    assert_eq!(samples, sent, "{stderr}");
+    for log in [&first_log, &second_log] {
+        assert!(complaints(log).is_empty(), "{log}");
+    }
+    assert!(
+        stderr.contains("part of the profiles was not delivered to http://127.0.0.1:"),
+        "{stderr}"
+    );
+    assert!(number_before(&stderr, "dropped (") > 0, "{stderr}");
+    // Sampling went on while the Collector was down: what was queued then arrived.
+    let ns = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let mine = of_pid(&profiles, fixture.pid);
+    assert!(
+        mine.iter().any(|p| {
+            let start = p["time_unix_nano"].as_u64().unwrap();
+            start >= ns(down_from) && start < ns(up_at)
+        }),
+        "no profile taken while the Collector was down came through it"
+    );
+    drop(fixture);
+}
+
+/// The Collector configuration the project ships (`cli/deploy/collector.yaml`) is one the
+/// Collector accepts with profiles turned on (it refused the batch processor in the
+/// profiles pipeline).
+#[test]
+fn the_shipped_collector_configuration_is_valid() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/collector.yaml");
+    let out = bounded::output(
+        Command::new(collector_binary())
+            .arg("validate")
+            .arg(format!("--config=file:{config}"))
+            .arg("--feature-gates=service.profilesSupport"),
+        bounded::DEADLINE,
+    )
+    .expect("run the Collector");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
