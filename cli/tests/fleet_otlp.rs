@@ -17,6 +17,10 @@ mod support;
 
 #[path = "../../profile/tests/support/fixture.rs"]
 mod fixture;
+// Only its certificate authority is used here.
+#[allow(dead_code)]
+#[path = "../../profile/tests/support/tls.rs"]
+mod tls;
 
 use fixture::{build_routes, Fixture, ROUTES};
 use support::{bounded, number_before, otel_ctx, KillOnDrop};
@@ -660,11 +664,29 @@ struct Collector {
 
 impl Collector {
     fn start(dir: &Path, port: u16, forward: &str) -> Self {
+        Self::start_with_tls(dir, port, forward, None)
+    }
+
+    /// [`start`](Self::start), its receiver behind TLS with `certificate` and its key
+    /// (PEM files) when given.
+    fn start_with_tls(
+        dir: &Path,
+        port: u16,
+        forward: &str,
+        certificate: Option<(&Path, &Path)>,
+    ) -> Self {
         let config = dir.join("collector.yaml");
+        let tls = certificate.map_or(String::new(), |(cert, key)| {
+            format!(
+                "        tls:\n          cert_file: {}\n          key_file: {}\n",
+                cert.display(),
+                key.display()
+            )
+        });
         std::fs::write(
             &config,
             format!(
-                "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n\
+                "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n{tls}\
                  exporters:\n  otlp_http:\n    endpoint: {forward}\n    compression: gzip\n\
                  service:\n  pipelines:\n    profiles:\n      receivers: [otlp]\n      exporters: [otlp_http]\n\
                  \x20 telemetry:\n    metrics:\n      level: none\n"
@@ -684,8 +706,10 @@ impl Collector {
             child: KillOnDrop(child),
             log,
         };
-        wait_for(Duration::from_secs(30), "the Collector's receiver", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        // Ready once it says so (a connection to probe its port would be logged as a
+        // broken handshake behind TLS).
+        wait_for(Duration::from_secs(30), "the Collector ready", || {
+            collector.log().contains("Everything is ready")
         });
         collector
     }
@@ -914,4 +938,94 @@ fn the_shipped_collector_configuration_is_valid() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The Collector's receiver behind TLS, with a certificate a CA of the test's own signs:
+/// `--otlp https://` reaches it trusting the CA through `--otlp-ca`, and through
+/// `OTEL_EXPORTER_OTLP_CERTIFICATE`; without either, nothing is delivered (exit 3), and
+/// the reason is said.
+#[test]
+fn a_collector_behind_tls() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("tls-collector");
+    let fixture = Fixture::start_with_env(
+        &routes_fixture(),
+        &[],
+        &[("OTEL_SERVICE_NAME", "collector-tls")],
+    );
+    let pki = tls::Pki::new("collector");
+    let server = pki.leaf(
+        "collector",
+        &["127.0.0.1"],
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let downstream = format!("http://{}", listener.local_addr().unwrap());
+    let inbox = Arc::new(Mutex::new(Inbox::default()));
+    serve(listener, inbox.clone());
+    let port = closed_port();
+    let collector = Collector::start_with_tls(
+        &dir,
+        port,
+        &downstream,
+        Some((&server.cert_path, &server.key_path)),
+    );
+    let url = format!("https://127.0.0.1:{port}");
+    let ca = pki.ca_path();
+    let pid = fixture.pid.to_string();
+    let run = |args: &[&str], env: &[(&str, &Path)]| {
+        let mut command = Command::new(otel_ctx());
+        command
+            .args([
+                "profile",
+                &pid,
+                &format!("--otlp={url}"),
+                "--duration",
+                "2s",
+            ])
+            .args(["--otlp-timeout", "2s"])
+            .args(args)
+            .env_remove("OTEL_EXPORTER_OTLP_CERTIFICATE")
+            .envs(env.iter().copied());
+        let out = bounded::output(&mut command, bounded::DEADLINE).expect("run otel-ctx");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let delivered = || inbox.lock().unwrap().requests.len();
+
+    let (code, stderr) = run(&["--otlp-ca", ca.to_str().unwrap()], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    wait_for(Duration::from_secs(20), "the request passed on", || {
+        delivered() >= 1
+    });
+    let (code, stderr) = run(&[], &[("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca)]);
+    assert_eq!(code, Some(0), "{stderr}");
+    wait_for(Duration::from_secs(20), "the second passed on", || {
+        delivered() >= 2
+    });
+    let trusted_log = collector.log();
+    assert!(complaints(&trusted_log).is_empty(), "{trusted_log}");
+    let (code, stderr) = run(&[], &[]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("invalid peer certificate"), "{stderr}");
+    let log = collector.stop();
+    // The handshakes the tool broke off are the Collector's to log; nothing else is.
+    let refused = &log[trusted_log.len()..];
+    let others: Vec<&str> = complaints(refused)
+        .into_iter()
+        .filter(|l| !l.contains("TLS handshake error"))
+        .collect();
+    assert!(others.is_empty(), "{log}");
+    store(&inbox.lock().unwrap(), &dir);
+    let profiles = decode_with(&dir, &["--forwarded"]);
+    assert!(
+        of_pid(&profiles, fixture.pid)
+            .iter()
+            .all(|p| p["resource"]["service.name"] == "collector-tls"),
+        "{profiles:?}"
+    );
+    assert!(of_pid(&profiles, fixture.pid).len() >= 2, "{profiles:?}");
+    drop(fixture);
 }
