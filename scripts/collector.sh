@@ -3,8 +3,10 @@
 # (cli/tests/fleet_otlp.rs): the Collector builder (ocb) from the Go module proxy, then a
 # Collector of the OTLP receiver, the batch processor and the OTLP/HTTP and debug
 # exporters (what cli/deploy/collector.yaml names), every module at
-# one pinned release, into target/collector/. A rerun with the same manifest finds the
-# binary and does nothing. Needs Go 1.26 or newer (the machine's own in /usr/local/go,
+# one pinned release, into a cache folder outside the clone keyed by the release
+# (~/.cache/otel-ctx/collector-<release>, or $OTEL_CTX_CACHE/...), so that only a new
+# machine pays for the build; target/collector.path names the binary for the tests. A rerun
+# with the same manifest finds the binary and does nothing. Needs Go 1.26 or newer (the machine's own in /usr/local/go,
 # ahead of Debian's older golang-go) and the Go module proxy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,8 +22,9 @@ if [ "$minor" -lt 26 ] 2>/dev/null || ! [[ "$minor" =~ ^[0-9]+$ ]]; then
   echo "scripts/collector.sh: the Collector $release needs Go 1.26 or newer; $(command -v go) is $version" >&2
   exit 1
 fi
-dir="$PWD/target/collector"
-mkdir -p "$dir"
+dir="${OTEL_CTX_CACHE:-$HOME/.cache/otel-ctx}/collector-$release"
+mkdir -p "$dir" target
+binary="$dir/build/otelcol-otel-ctx-test"
 manifest="$dir/manifest.yaml"
 cat >"$manifest.new" <<YAML
 dist:
@@ -39,11 +42,12 @@ providers:
   - gomod: go.opentelemetry.io/collector/confmap/provider/fileprovider v$stable
   - gomod: go.opentelemetry.io/collector/confmap/provider/envprovider v$stable
 YAML
-if [ -x "$dir/build/otelcol-otel-ctx-test" ] && cmp -s "$manifest.new" "$manifest"; then
+if [ -x "$binary" ] && cmp -s "$manifest.new" "$manifest"; then
   rm "$manifest.new"
-  exit 0
+else
+  mv "$manifest.new" "$manifest"
+  GOBIN="$dir/bin" go install "go.opentelemetry.io/collector/cmd/builder@v$release"
+  "$dir/bin/builder" --config "$manifest"
+  "$binary" components >/dev/null
 fi
-mv "$manifest.new" "$manifest"
-GOBIN="$dir/bin" go install "go.opentelemetry.io/collector/cmd/builder@v$release"
-"$dir/bin/builder" --config "$manifest"
-"$dir/build/otelcol-otel-ctx-test" components >/dev/null
+echo "$binary" >target/collector.path

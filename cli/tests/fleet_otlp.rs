@@ -643,14 +643,16 @@ fn a_run_that_lost_part_of_its_profiles_says_how_much_and_exits_4() {
 }
 
 /// The Collector `scripts/collector.sh` builds (ocb, the OTLP receiver and the OTLP/HTTP
-/// exporter, pinned).
+/// exporter, pinned), where `target/collector.path` says it is.
 fn collector_binary() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/collector/build/otelcol-otel-ctx-test");
+    let named = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/collector.path");
+    let path = std::fs::read_to_string(&named)
+        .map(|p| PathBuf::from(p.trim()))
+        .unwrap_or_default();
     assert!(
-        path.exists(),
-        "{} is missing: bash scripts/collector.sh",
-        path.display()
+        path.is_file(),
+        "no Collector ({} names {path:?}): bash scripts/collector.sh",
+        named.display()
     );
     path
 }
@@ -1028,4 +1030,37 @@ fn a_collector_behind_tls() {
     );
     assert!(of_pid(&profiles, fixture.pid).len() >= 2, "{profiles:?}");
     drop(fixture);
+}
+
+/// The Collector configuration of the README's "Sending profiles to an OpenTelemetry
+/// Collector" is one the Collector accepts.
+#[test]
+fn the_readmes_collector_configuration_is_valid() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("the README");
+    let section = readme
+        .split("### Sending profiles to an OpenTelemetry Collector")
+        .nth(1)
+        .expect("the section");
+    let block = section
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("its yaml block");
+    let dir = scratch("readme-collector");
+    let config = dir.join("collector.yaml");
+    std::fs::write(&config, block).expect("write the configuration");
+    let out = bounded::output(
+        Command::new(collector_binary())
+            .arg("validate")
+            .arg(format!("--config=file:{}", config.display()))
+            .arg("--feature-gates=service.profilesSupport"),
+        bounded::DEADLINE,
+    )
+    .expect("run the Collector");
+    assert!(
+        out.status.success(),
+        "{block}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
