@@ -5,8 +5,9 @@
 //! `@Trace` spans of its route (`tests/fixtures/java/TracedService.java`), read as a user
 //! would: `ps` and `show` find its resource and its request threads' trace and span ids
 //! and attributes, `check` finds no rule broken, and `profile` puts its samples under
-//! their traces and names its Java methods (from the JIT's perf map). Root (ptrace,
-//! BPF), a JDK, Maven's local repository.
+//! their traces and names its Java methods (`--java-perf-map`: the JVM asked for its perf
+//! map, which nothing else does). A JVM that does not catch `SIGQUIT` (`-Xrs`) is never
+//! signalled. Root (ptrace, BPF), a JDK, Maven's local repository.
 #![cfg(feature = "ebpf")]
 
 use std::collections::BTreeSet;
@@ -36,10 +37,8 @@ fn jar(group: &str, name: &str, version: &str) -> PathBuf {
     path
 }
 
-/// The service, compiled and started with the agent; its pid once it said it is ready.
-fn start_service(dir: &std::path::Path) -> (KillOnDrop, u32) {
-    let agent = jar("com.datadoghq", "dd-java-agent", "1.68.1");
-    let api = jar("com.datadoghq", "dd-trace-api", "1.66.0");
+/// Compiles the service into `dir`, against `api` (dd-trace-api).
+fn compile(api: &std::path::Path, dir: &std::path::Path) {
     let source = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/java/TracedService.java"
@@ -47,7 +46,7 @@ fn start_service(dir: &std::path::Path) -> (KillOnDrop, u32) {
     let compiled = bounded::output(
         Command::new("javac")
             .arg("-cp")
-            .arg(&api)
+            .arg(api)
             .arg("-d")
             .arg(dir)
             .arg(source),
@@ -55,11 +54,14 @@ fn start_service(dir: &std::path::Path) -> (KillOnDrop, u32) {
     )
     .expect("run javac (a JDK: openjdk-17-jdk-headless)");
     assert!(compiled.status.success(), "{}", text(&compiled.stderr));
-    let classpath = format!("{}:{}", api.display(), dir.display());
-    let mut child = Command::new("java")
-        .arg("-XX:+PreserveFramePointer")
+}
+
+/// The service, compiled and started with the agent; its pid once it said it is ready.
+fn start_service(dir: &std::path::Path) -> (KillOnDrop, u32) {
+    let agent = jar("com.datadoghq", "dd-java-agent", "1.68.1");
+    let mut java = Command::new("java");
+    java.arg("-XX:+PreserveFramePointer")
         .arg(format!("-javaagent:{}", agent.display()))
-        .args(["-cp", &classpath, "TracedService"])
         .env("DD_PROFILING_ENABLED", "true")
         .env("DD_SERVICE", "java-service")
         .env("DD_ENV", "test")
@@ -67,7 +69,18 @@ fn start_service(dir: &std::path::Path) -> (KillOnDrop, u32) {
         // The agent's URL points nowhere: nothing leaves the host.
         .env("DD_TRACE_AGENT_URL", "http://127.0.0.1:9")
         .env("DD_INSTRUMENTATION_TELEMETRY_ENABLED", "false")
-        .env("DD_REMOTE_CONFIGURATION_ENABLED", "false")
+        .env("DD_REMOTE_CONFIGURATION_ENABLED", "false");
+    run_service(java, dir)
+}
+
+/// The service compiled into `dir` and run by `java` (its options given); its pid once
+/// it said it is ready.
+fn run_service(mut java: Command, dir: &std::path::Path) -> (KillOnDrop, u32) {
+    let api = jar("com.datadoghq", "dd-trace-api", "1.66.0");
+    compile(&api, dir);
+    let classpath = format!("{}:{}", api.display(), dir.display());
+    let mut child = java
+        .args(["-cp", &classpath, "TracedService"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -83,6 +96,25 @@ fn start_service(dir: &std::path::Path) -> (KillOnDrop, u32) {
         .unwrap_or_else(|| panic!("{line:?}"));
     assert_eq!(pid, service.0.id());
     (service, pid)
+}
+
+/// `otel-ctx profile <pid> --java-perf-map --duration <duration> <args> -o <out>`, which
+/// must succeed; its stderr.
+fn java_profile(pid: &str, duration: &str, args: &[&str], out: &std::path::Path) -> String {
+    let out = out.to_str().expect("a UTF-8 path");
+    let fixed = [
+        "profile",
+        pid,
+        "--java-perf-map",
+        "--duration",
+        duration,
+        "-o",
+        out,
+    ];
+    let profiled = run(&[&fixed[..], args].concat());
+    let stderr = text(&profiled.stderr);
+    assert!(profiled.status.success(), "{stderr}");
+    stderr
 }
 
 /// `otel-ctx <args> --json`, parsed.
@@ -203,47 +235,44 @@ fn datadogs_java_agent_read_checked_and_profiled() {
         );
     }
 
-    // profile: samples under their traces, Java methods named by the JIT's perf map,
-    // which the profile reads when it is made: written while it samples, it names what
-    // the JIT compiled until then.
+    // Nothing so far touched the JVM: its attach listener never started.
+    let socket = format!("/proc/{pid}/root/tmp/.java_pid{pid}");
+    assert!(!std::path::Path::new(&socket).exists(), "{socket}");
+
+    // profile --java-perf-map: the JVM writes its perf map when asked (at the start,
+    // every 5 s, and at the end), the samples go under their traces, and the Java
+    // methods are named.
     let out = dir.join("java.folded");
-    let log = dir.join("profile.stderr");
-    let profiling = Command::new(support::otel_ctx())
-        .args([
-            "profile",
-            &pid_arg,
-            "--duration",
-            "4s",
-            "--by",
-            "trace_id",
-            "-o",
-        ])
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("a log file"))
-        .spawn()
-        .expect("start otel-ctx profile");
-    let mut profiling = KillOnDrop(profiling);
-    std::thread::sleep(Duration::from_secs(2));
-    let perfmap = bounded::output(
-        Command::new("jcmd").args([&pid_arg, "Compiler.perfmap"]),
-        DEADLINE,
-    )
-    .expect("run jcmd");
-    assert!(perfmap.status.success(), "{}", text(&perfmap.stderr));
-    let status = bounded::wait(&mut profiling.0, "otel-ctx profile", DEADLINE);
-    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(status.success(), "{stderr}");
+    let stderr = java_profile(&pid_arg, "6s", &["--by", "trace_id"], &out);
+    let asked = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("java perf map: asked the JVM "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        asked.starts_with("3 times, written 3 times")
+            || asked.starts_with("2 times, written 2 times"),
+        "{asked}"
+    );
     let folded = read_folded(&out);
     let total: u64 = folded.values().sum();
+    // The request threads' samples are those with a context (no other thread of the
+    // JVM has a record); those under a trace, and of those, the ones a Java method of the
+    // service names.
     let mut traces = BTreeSet::new();
-    let mut in_traces = 0;
+    let (mut requests, mut in_traces, mut named) = (0, 0, 0);
     let mut routes = BTreeSet::new();
     for (frames, n) in &folded {
-        if hex_id(&serde_json::Value::from(frames[0].as_str()), 32) {
-            traces.insert(frames[0].clone());
-            in_traces += n;
+        if frames[0] == "(no context)" {
+            continue;
+        }
+        requests += n;
+        if !hex_id(&serde_json::Value::from(frames[0].as_str()), 32) {
+            continue;
+        }
+        traces.insert(frames[0].clone());
+        in_traces += n;
+        if frames.iter().any(|f| f.contains("TracedService.")) {
+            named += n;
         }
         for route in ["checkout", "search", "cart"] {
             if frames
@@ -255,11 +284,40 @@ fn datadogs_java_agent_read_checked_and_profiled() {
         }
     }
     assert!(total >= 100, "{total} samples: {stderr}");
-    // Three threads, each in a new 200 ms request: a dozen traces or more in 3 s.
+    // Three threads, each in a new 200 ms request: a dozen traces or more in 6 s.
     assert!(traces.len() >= 6, "{} traces: {stderr}", traces.len());
     assert!(
-        in_traces * 10 >= total * 8,
-        "{in_traces} of {total} under a trace"
+        in_traces * 2 >= requests,
+        "{in_traces} of the request threads' {requests} samples under a trace"
+    );
+    assert!(
+        named * 2 >= in_traces,
+        "{named} of {in_traces} samples under a trace name a Java method of the service"
     );
     assert_eq!(routes.len(), 3, "{routes:?}: {stderr}");
+    // With the flag, it was: its listener runs now.
+    assert!(std::path::Path::new(&socket).exists(), "{socket}");
+}
+
+/// A JVM run with `-Xrs` does not catch `SIGQUIT`, which would end it: `--java-perf-map`
+/// leaves it alone, says so, and profiles it all the same.
+#[test]
+fn a_jvm_that_does_not_catch_sigquit_is_not_signalled() {
+    let dir = scratch("java-xrs");
+    let mut java = Command::new("java");
+    java.arg("-Xrs");
+    let (mut service, pid) = run_service(java, &dir);
+    let pid = pid.to_string();
+    let out = dir.join("xrs.folded");
+    let stderr = java_profile(&pid, "1s", &[], &out);
+    assert!(
+        stderr.contains(&format!(
+            "java perf map: process {pid} not asked: the JVM does not catch SIGQUIT"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        service.0.try_wait().expect("wait").is_none(),
+        "the JVM ended"
+    );
 }

@@ -121,6 +121,7 @@ pub use session::{
 };
 #[cfg(feature = "debuginfod")]
 pub use source::debuginfod::{Debuginfod, DebuginfodFetch, DebuginfodOptions, Fetched};
+pub use source::jvm::{HotSpot, JavaPerfMap, JavaPerfMapStats, JvmError, JAVA_PERF_MAP_REFRESH};
 pub use source::perf_map::PerfMapStats;
 pub use source::{SymbolProblem, SymbolSource, UnknownCause};
 pub use symbolize::Symbol;

@@ -94,11 +94,12 @@ pub struct Request {
     #[arg(long, value_name = "FILE")]
     pub otlp_ca: Option<PathBuf>,
     /// The client certificate (PEM) for a receiver that asks for one, with
-    /// --otlp-client-key (default: OTEL_EXPORTER_OTLP_[PROFILES_]CLIENT_CERTIFICATE).
+    /// --otlp-client-key (default: OTEL_EXPORTER_OTLP_PROFILES_CLIENT_CERTIFICATE or
+    /// OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE).
     #[arg(long, value_name = "FILE", requires = "otlp_client_key")]
     pub otlp_client_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM), with --otlp-client-cert (default:
-    /// OTEL_EXPORTER_OTLP_[PROFILES_]CLIENT_KEY).
+    /// OTEL_EXPORTER_OTLP_PROFILES_CLIENT_KEY or OTEL_EXPORTER_OTLP_CLIENT_KEY).
     #[arg(long, value_name = "FILE", requires = "otlp_client_cert")]
     pub otlp_client_key: Option<PathBuf>,
     /// Append the OTLP requests to this file instead of sending them: each a 4-byte
@@ -117,6 +118,12 @@ pub struct Request {
     /// debuginfod servers of DEBUGINFOD_URLS once sampling is over (0: none is asked).
     #[arg(long, default_value = "1s", value_parser = super::parse_duration, allow_negative_numbers = true)]
     pub debuginfod_time: Duration,
+    /// Ask the process, if it is a HotSpot JVM, to write its perf map while it is
+    /// sampled (as `jcmd PID Compiler.perfmap` does, through its attach socket), so that
+    /// its JIT-compiled Java methods are named; without it a JVM is never touched. One
+    /// process, written to files.
+    #[arg(long, conflicts_with_all = ["all", "otlp", "otlp_file"])]
+    pub java_perf_map: bool,
     /// How often the profiles are sent (OTLP).
     #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
     pub export_interval: Duration,
@@ -148,6 +155,7 @@ impl Request {
             .with_sampler(sampler)
             .with_profile(profile)
             .with_debuginfod_time(self.debuginfod_time)
+            .with_java_perf_map(self.java_perf_map)
     }
 
     /// Where the profiles go and in which format, by the rule of

@@ -2,10 +2,12 @@
 //! (`OTEL_EXPORTER_OTLP_*`), through [`Environment`] so that a test or an embedder can
 //! give its own.
 
+use std::path::Path;
 use std::time::Duration;
 
 use super::destination::{Destination, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, PROFILES_PATH};
-use super::tls::Tls;
+pub use super::error::ConfigError;
+use super::tls::{ClientIdentity, Tls, Trusted};
 
 /// Where the `OTEL_EXPORTER_OTLP_*` settings come from.
 pub trait Environment {
@@ -21,96 +23,6 @@ impl Environment for ProcessEnvironment {
     fn var(&self, name: &str) -> Option<String> {
         std::env::var(name).ok().filter(|v| !v.trim().is_empty())
     }
-}
-
-/// A setting the exporter cannot work with; the message names the setting and what to
-/// give instead.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// The URL is not `http://` or `https://`.
-    #[error(
-        "{url}: give an http:// or https:// URL (OTLP over HTTP/protobuf; gRPC is not \
-         supported)"
-    )]
-    NotHttp {
-        /// The URL.
-        url: String,
-    },
-    /// `OTEL_EXPORTER_OTLP_[PROFILES_]PROTOCOL` asks for another protocol than
-    /// `http/protobuf`.
-    #[error(
-        "{variable}={value}: OTLP profiles are sent over HTTP/protobuf only (the \
-         collector's port 4318); set it to http/protobuf or unset it"
-    )]
-    Protocol {
-        /// The variable.
-        variable: &'static str,
-        /// Its value.
-        value: String,
-    },
-    /// A pair of `OTEL_EXPORTER_OTLP_[PROFILES_]HEADERS` is not `key=value`.
-    #[error("{variable}: {pair:?} is not key=value")]
-    HeaderVariable {
-        /// The variable.
-        variable: &'static str,
-        /// The pair.
-        pair: String,
-    },
-    /// A header given to [`parse_header`] is not `KEY=VALUE`.
-    #[error("{given:?}: give KEY=VALUE")]
-    Header {
-        /// What was given.
-        given: String,
-    },
-    /// A header given to [`parse_header`] has an empty key.
-    #[error("{given:?}: the key is empty")]
-    HeaderKey {
-        /// What was given.
-        given: String,
-    },
-    /// `OTEL_EXPORTER_OTLP_[PROFILES_]COMPRESSION` is neither `gzip` nor `none`.
-    #[error("{variable}={value}: use gzip or none")]
-    Compression {
-        /// The variable.
-        variable: &'static str,
-        /// Its value.
-        value: String,
-    },
-    /// A PEM file of the TLS settings cannot be used.
-    #[error("{setting} {}: {reason}", path.display())]
-    Pem {
-        /// The flag or variable that named it.
-        setting: String,
-        /// The file.
-        path: std::path::PathBuf,
-        /// Why.
-        reason: String,
-    },
-    /// A client certificate without its key, or a key without its certificate.
-    #[error("{given} is set, and {missing} is not: give both, or neither")]
-    Pair {
-        /// The setting given.
-        given: String,
-        /// The one missing.
-        missing: String,
-    },
-    /// TLS settings for a URL that does not use TLS.
-    #[error("{setting} is for an https:// URL, and the destination is {url}")]
-    NotTls {
-        /// The setting.
-        setting: String,
-        /// The URL.
-        url: String,
-    },
-    /// `OTEL_EXPORTER_OTLP_[PROFILES_]TIMEOUT` is not a positive number of milliseconds.
-    #[error("{variable}={value}: give milliseconds, such as 10000")]
-    Timeout {
-        /// The variable.
-        variable: &'static str,
-        /// Its value.
-        value: String,
-    },
 }
 
 /// The first of `names` that `env` sets, with its value.
@@ -132,7 +44,7 @@ pub(super) fn first(
 /// `none` turns gzip off. `OTEL_EXPORTER_OTLP_[PROFILES_]PROTOCOL`, when set, must be
 /// `http/protobuf`. The TLS settings of an `https://` URL come from
 /// `OTEL_EXPORTER_OTLP_[PROFILES_]CERTIFICATE`, `_CLIENT_CERTIFICATE` and `_CLIENT_KEY`
-/// ([`Tls::from_environment`]); an `http://` URL takes none, whatever they say.
+/// ([`tls_settings`]); an `http://` URL takes none, whatever they say.
 pub fn http_destination(
     url: Option<&str>,
     headers: Vec<(String, String)>,
@@ -202,7 +114,7 @@ pub fn http_destination(
         Some((variable, value)) => return Err(ConfigError::Compression { variable, value }),
     };
     let tls = if url.starts_with("https://") {
-        Tls::from_environment(env)?
+        tls_settings(env)?
     } else {
         Tls::default()
     };
@@ -253,4 +165,54 @@ fn signal_url(base: &str) -> String {
         return base.to_owned();
     }
     format!("{}/{PROFILES_PATH}", base.trim_end_matches('/'))
+}
+
+/// The settings of `OTEL_EXPORTER_OTLP_PROFILES_CERTIFICATE` (else
+/// `OTEL_EXPORTER_OTLP_CERTIFICATE`), and of `_CLIENT_CERTIFICATE` with
+/// `_CLIENT_KEY` (the profiles' own pair, else the general one): a certificate
+/// without its key, or a key without its certificate, is an error.
+pub fn tls_settings(env: &dyn Environment) -> Result<Tls, ConfigError> {
+    let trusted = first(
+        env,
+        [
+            "OTEL_EXPORTER_OTLP_PROFILES_CERTIFICATE",
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+        ],
+    )
+    .map(|(variable, path)| Trusted::read(Path::new(path.trim()), variable))
+    .transpose()?;
+    let mut client = None;
+    for names in CLIENT_VARIABLES {
+        client = match (env.var(names[0]), env.var(names[1])) {
+            (None, None) => continue,
+            (Some(certificate), Some(key)) => Some(ClientIdentity::read(
+                Path::new(certificate.trim()),
+                Path::new(key.trim()),
+                names,
+            )?),
+            (Some(_), None) => return Err(pair(names[0], names[1])),
+            (None, Some(_)) => return Err(pair(names[1], names[0])),
+        };
+        break;
+    }
+    Ok(Tls { trusted, client })
+}
+
+/// The client certificate and key variables, the profiles' own first.
+const CLIENT_VARIABLES: [[&str; 2]; 2] = [
+    [
+        "OTEL_EXPORTER_OTLP_PROFILES_CLIENT_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_PROFILES_CLIENT_KEY",
+    ],
+    [
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    ],
+];
+
+fn pair(given: &str, missing: &str) -> ConfigError {
+    ConfigError::Pair {
+        given: given.to_owned(),
+        missing: missing.to_owned(),
+    }
 }

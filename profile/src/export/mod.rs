@@ -53,13 +53,15 @@ use crate::Profile;
 
 mod destination;
 mod environment;
+mod error;
 mod stats;
 mod tls;
 mod worker;
 
 pub use destination::{Destination, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, PROFILES_PATH};
 pub use environment::{
-    http_destination, parse_header, timeout, ConfigError, Environment, ProcessEnvironment,
+    http_destination, parse_header, timeout, tls_settings, ConfigError, Environment,
+    ProcessEnvironment,
 };
 
 pub use stats::{Delivery, Loss, Stats};

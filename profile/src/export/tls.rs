@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use ureq::tls::{parse_pem, Certificate, ClientCert, PemItem, RootCerts};
 
-use super::environment::{first, ConfigError, Environment};
+use super::error::ConfigError;
 
 /// The most bytes of a PEM file read: a bundle of a few hundred certificates.
 const MAX_PEM: u64 = 4 << 20;
@@ -132,37 +132,6 @@ impl ClientIdentity {
 }
 
 impl Tls {
-    /// The settings of `OTEL_EXPORTER_OTLP_PROFILES_CERTIFICATE` (else
-    /// `OTEL_EXPORTER_OTLP_CERTIFICATE`), and of `_CLIENT_CERTIFICATE` with
-    /// `_CLIENT_KEY` (the profiles' own pair, else the general one): a certificate
-    /// without its key, or a key without its certificate, is an error.
-    pub fn from_environment(env: &dyn Environment) -> Result<Self, ConfigError> {
-        let trusted = first(
-            env,
-            [
-                "OTEL_EXPORTER_OTLP_PROFILES_CERTIFICATE",
-                "OTEL_EXPORTER_OTLP_CERTIFICATE",
-            ],
-        )
-        .map(|(variable, path)| Trusted::read(Path::new(path.trim()), variable))
-        .transpose()?;
-        let mut client = None;
-        for names in CLIENT_VARIABLES {
-            client = match (env.var(names[0]), env.var(names[1])) {
-                (None, None) => continue,
-                (Some(certificate), Some(key)) => Some(ClientIdentity::read(
-                    Path::new(certificate.trim()),
-                    Path::new(key.trim()),
-                    names,
-                )?),
-                (Some(_), None) => return Err(pair(names[0], names[1])),
-                (None, Some(_)) => return Err(pair(names[1], names[0])),
-            };
-            break;
-        }
-        Ok(Self { trusted, client })
-    }
-
     /// Whether anything differs from the default (the Mozilla roots, no client
     /// certificate).
     pub fn is_default(&self) -> bool {
@@ -184,25 +153,6 @@ impl Tls {
             config = config.client_cert(Some(client.identity.clone()));
         }
         config.build()
-    }
-}
-
-/// The client certificate and key variables, the profiles' own first.
-const CLIENT_VARIABLES: [[&str; 2]; 2] = [
-    [
-        "OTEL_EXPORTER_OTLP_PROFILES_CLIENT_CERTIFICATE",
-        "OTEL_EXPORTER_OTLP_PROFILES_CLIENT_KEY",
-    ],
-    [
-        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
-        "OTEL_EXPORTER_OTLP_CLIENT_KEY",
-    ],
-];
-
-fn pair(given: &str, missing: &str) -> ConfigError {
-    ConfigError::Pair {
-        given: given.to_owned(),
-        missing: missing.to_owned(),
     }
 }
 

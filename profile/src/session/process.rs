@@ -7,7 +7,8 @@ use otel_ctx_reader::ProcessContextReader;
 use otel_ctx_sampler::PreparedProcess;
 use otel_ctx_sampler::{Following, Sampler, SamplerError, SamplerOptions};
 
-use crate::{Profile, ProfileOptions, Profiler};
+use crate::source::jvm::{HotSpot, JavaPerfMap, JavaPerfMapStats, JvmError};
+use crate::{Profile, ProfileOptions, Profiler, JAVA_PERF_MAP_REFRESH};
 
 /// The default of [`SessionOptions::debuginfod_time`].
 pub const DEFAULT_DEBUGINFOD_TIME: Duration = Duration::from_secs(1);
@@ -26,6 +27,11 @@ pub struct SessionOptions {
     /// within its own bounds too); 0 asks no server. Default
     /// [`DEFAULT_DEBUGINFOD_TIME`].
     pub debuginfod_time: Duration,
+    /// Ask the process, if it is a HotSpot JVM, to write its perf map while it is
+    /// sampled ([`JavaPerfMap`]: at the start, every [`JAVA_PERF_MAP_REFRESH`], and at
+    /// the end), so that its JIT-compiled Java methods are named. Default `false`: a
+    /// JVM is never touched.
+    pub java_perf_map: bool,
 }
 
 impl Default for SessionOptions {
@@ -34,11 +40,19 @@ impl Default for SessionOptions {
             sampler: SamplerOptions::default(),
             profile: ProfileOptions::default(),
             debuginfod_time: DEFAULT_DEBUGINFOD_TIME,
+            java_perf_map: false,
         }
     }
 }
 
 impl SessionOptions {
+    /// Sets [`java_perf_map`](Self::java_perf_map).
+    #[must_use]
+    pub fn with_java_perf_map(mut self, ask: bool) -> Self {
+        self.java_perf_map = ask;
+        self
+    }
+
     /// Sets [`debuginfod_time`](Self::debuginfod_time).
     #[must_use]
     pub fn with_debuginfod_time(mut self, time: Duration) -> Self {
@@ -99,6 +113,11 @@ pub struct ProcessProfiler {
     /// What [`finish`](Self::finish) asked debuginfod for, and got.
     #[cfg(feature = "debuginfod")]
     fetches: Vec<crate::DebuginfodFetch>,
+    /// With [`SessionOptions::java_perf_map`]: the JVM's perf map kept fresh, or why the
+    /// process was left alone.
+    java: Option<Result<JavaPerfMap, JvmError>>,
+    /// What came of it, once [`finish`](Self::finish) asked the last time.
+    java_stats: Option<JavaPerfMapStats>,
 }
 
 impl ProcessProfiler {
@@ -128,7 +147,23 @@ impl ProcessProfiler {
             debuginfod_time: options.debuginfod_time,
             #[cfg(feature = "debuginfod")]
             fetches: Vec::new(),
+            java: options.java_perf_map.then(|| {
+                HotSpot::find(pid).map(|jvm| JavaPerfMap::start(jvm, JAVA_PERF_MAP_REFRESH))
+            }),
+            java_stats: None,
         })
+    }
+
+    /// With [`SessionOptions::java_perf_map`]: what came of asking the JVM for its perf
+    /// map (after [`finish`](Self::finish), the last request included), or why the
+    /// process was not asked. `None` when the option is off.
+    pub fn java_perf_map(&self) -> Option<Result<JavaPerfMapStats, &JvmError>> {
+        match (&self.java, &self.java_stats) {
+            (None, _) => None,
+            (Some(Err(e)), _) => Some(Err(e)),
+            (Some(Ok(_)), Some(stats)) => Some(Ok(stats.clone())),
+            (Some(Ok(map)), None) => Some(Ok(map.stats())),
+        }
     }
 
     /// The process.
@@ -217,7 +252,8 @@ impl ProcessProfiler {
 
     /// Ends the sampling (the eBPF program is detached: nothing runs in the target from
     /// now on, and nothing is lost while the profile is made; its last samples are read
-    /// and its ring buffer given back), then, with the feature
+    /// and its ring buffer given back), asks a JVM followed with
+    /// [`SessionOptions::java_perf_map`] for its perf map once more, then, with the feature
     /// `debuginfod` and `DEBUGINFOD_URLS` set, asks its servers for the debug files of
     /// the stripped modules that have frames in the profile, for at most
     /// [`SessionOptions::debuginfod_time`] in all ([`debuginfod`](Self::debuginfod)
@@ -231,6 +267,9 @@ impl ProcessProfiler {
             let _ = self.step(Duration::ZERO);
         }
         self.sampler.close();
+        if let Some(Ok(map)) = &mut self.java {
+            self.java_stats = Some(map.finish());
+        }
         #[cfg(feature = "debuginfod")]
         if !self.debuginfod_time.is_zero() {
             if let Some(client) = crate::Debuginfod::from_env() {

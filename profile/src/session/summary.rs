@@ -91,6 +91,22 @@ impl Display for ProcessSummary<'_> {
             )?;
         }
         symbols(f, self.profile)?;
+        match session.java_perf_map() {
+            Some(Ok(java)) => {
+                write!(
+                    f,
+                    "java perf map: asked the JVM {}, written {}",
+                    count(u64::from(java.requests), "time", "times"),
+                    count(u64::from(java.written), "time", "times"),
+                )?;
+                match &java.last_error {
+                    Some(e) => writeln!(f, "; the last request failed: {e}")?,
+                    None => writeln!(f)?,
+                }
+            }
+            Some(Err(e)) => writeln!(f, "java perf map: process {} not asked: {e}", session.pid())?,
+            None => {}
+        }
         python(f, self.session, stats)?;
         for skipped in &stats.skipped_modules {
             writeln!(f, "skipped {}: {}", skipped.path, skipped.reason)?;

@@ -31,6 +31,7 @@ use crate::symbolize::SymbolTable;
 pub(crate) mod debug_file;
 #[cfg(feature = "debuginfod")]
 pub(crate) mod debuginfod;
+pub mod jvm;
 pub(crate) mod lookup;
 pub(crate) mod mini_debug_info;
 pub(crate) mod perf_map;
