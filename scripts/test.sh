@@ -257,7 +257,14 @@ run_tests cargo test -p otel-ctx-sampler --features ebpf --lib --test ebpf_matri
 # unoptimized release build: see the test).
 run_tests cargo test -p otel-ctx --features ebpf,demo --bin otel-ctx --test watch_ebpf --test profile_cli --test fleet_otlp \
   --test python_profile --test python_module_level --test python_hostile \
-  --test symbols_cli --test perf_maps_cli --test profile_outputs --test readme_recipe --test static_binary
+  --test symbols_cli --test perf_maps_cli --test profile_outputs --test readme_recipe --test static_binary \
+  --test java_agent --test otlp_tls
+# Every test of the tool that builds only with `ebpf` is in that list: one left out would
+# run nowhere.
+for t in $(grep -l '^#!\[cfg(feature = "ebpf")\]' cli/tests/*.rs); do
+  name=$(basename "$t" .rs)
+  grep -q -- "--test $name\b" scripts/test.sh || { echo "cli/tests/$name.rs needs ebpf and the eBPF step does not run it" >&2; exit 1; }
+done
 
 step "codec and writers on aarch64 (qemu-user: no ptrace, no seccomp)"
 # Property tests under emulation: fewer cases (all 256 run natively above).
