@@ -23,6 +23,9 @@ use fixture::{build_routes, Fixture};
 use support::{bounded, otel_ctx, text};
 use tls::{https_receiver, Pki};
 
+// Each test builds its own fixture (`build_routes` writes to a path of its name): the
+// tests run at once, and one must not run the binary the other is still linking.
+
 /// `otel-ctx profile <pid> --otlp=<url> --duration 2s <args>` with `env`: exit code and
 /// stderr.
 fn profile(pid: u32, url: &str, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
@@ -103,7 +106,7 @@ fn a_receiver_that_asks_for_a_client_certificate() {
     );
     let client = pki.leaf("client", &["otel-ctx"], ExtendedKeyUsagePurpose::ClientAuth);
     let (url, rx) = https_receiver(&server, Some(&pki));
-    let fixture = Fixture::start_with_env(&build_routes("tls-routes", &[]), &[], &[]);
+    let fixture = Fixture::start_with_env(&build_routes("tls-routes-mutual", &[]), &[], &[]);
     let ca = pki.ca_path();
     let path = |p: &std::path::Path| p.to_str().expect("a UTF-8 path").to_owned();
     let (ca, cert, key) = (path(&ca), path(&client.cert_path), path(&client.key_path));
