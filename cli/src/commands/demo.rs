@@ -23,7 +23,8 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use otel_ctx_reader::process::{boottime_ns, OwnedKeyValue, OwnedValue};
+use otel_ctx_codec::HeaderError;
+use otel_ctx_reader::process::{boottime_ns, Malformed, OwnedKeyValue, OwnedValue};
 use otel_ctx_reader::procfs::comm;
 use otel_ctx_reader::{Error, ProcessContextReader, Snapshot};
 use otel_ctx_sampler::Method;
@@ -187,6 +188,14 @@ fn watch(
                 // Not published yet, or caught mid-update: the next poll tells.
                 Err(Error::NoContext { .. } | Error::StillUpdating { .. })
                     if view.current.is_some() || view.started.elapsed() < STARTUP => {}
+                // The service's mapping is named when it is made, before its header is
+                // written: a header of zeros at its start is a publication not made yet.
+                Err(Error::Malformed {
+                    problem: Malformed::Header(HeaderError::BadSignature(signature)),
+                    ..
+                }) if signature == [0; 8]
+                    && view.current.is_none()
+                    && view.started.elapsed() < STARTUP => {}
                 Err(e) => return Err(e.into()),
             }
             if view.sampler.is_none() && view.current.is_some() {
