@@ -159,13 +159,12 @@ impl Tls {
 /// The PEM items of file `path` (at most [`MAX_PEM`] bytes, a regular file).
 fn read_pem(path: &Path, setting: &str) -> Result<Vec<PemItem<'static>>, ConfigError> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| unusable(setting, path, &e.to_string()))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| unusable(setting, path, &e.to_string()))?;
+    // Looked at before it is opened: opening a FIFO would wait for a writer.
+    let meta = std::fs::metadata(path).map_err(|e| unusable(setting, path, &e.to_string()))?;
     if !meta.is_file() {
         return Err(unusable(setting, path, "not a regular file"));
     }
+    let file = std::fs::File::open(path).map_err(|e| unusable(setting, path, &e.to_string()))?;
     let mut bytes = Vec::new();
     file.take(MAX_PEM + 1)
         .read_to_end(&mut bytes)

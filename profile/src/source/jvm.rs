@@ -139,7 +139,7 @@ impl HotSpot {
     /// listener first if it does not run yet; returns once the map is written.
     pub fn write_perf_map(&self) -> Result<(), JvmError> {
         let socket = self.root_path(&format!("tmp/.java_pid{}", self.nspid));
-        if !socket.exists() {
+        if !is_socket(&socket) {
             self.start_listener(&socket)?;
         }
         let mut stream =
@@ -193,9 +193,10 @@ impl HotSpot {
                 .create_new(true)
                 .open(&place)
             {
-                Ok(_) => {
-                    // The JVM's user owns it, as HotSpot checks (root passes too).
-                    let _ = std::os::unix::fs::chown(&place, Some(self.uid), Some(self.gid));
+                Ok(file) => {
+                    // The JVM's user owns it, as HotSpot checks (root passes too); by
+                    // the open file, never by a path the target could swap for a link.
+                    let _ = std::os::unix::fs::fchown(&file, Some(self.uid), Some(self.gid));
                     made = Some(place);
                     break;
                 }
@@ -219,7 +220,7 @@ impl HotSpot {
             });
         let deadline = Instant::now() + LISTENER_WAIT;
         let started = signalled.and_then(|()| {
-            while !socket.exists() {
+            while !is_socket(socket) {
                 if Instant::now() >= deadline {
                     return Err(JvmError::NoListener(format!(
                         "no {} within {} s of SIGQUIT",
@@ -332,6 +333,13 @@ fn ask(jvm: &HotSpot, stats: &Mutex<JavaPerfMapStats>) {
             Err(e) => stats.last_error = Some(e.to_string()),
         }
     }
+}
+
+/// Whether `path` is a UNIX socket itself, not a link the target made to one elsewhere
+/// (the path is in the target's `/tmp`, and a link there would lead outside its root).
+fn is_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
 }
 
 #[cfg(test)]
