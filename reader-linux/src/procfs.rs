@@ -474,6 +474,23 @@ mod tests {
 
     #[test]
     fn kept_files_read_what_the_paths_do() {
+        // The thread list is this process's, and the other tests of this binary start
+        // and end threads in it while it runs: the test runs again in a process of its
+        // own, where the only threads are the ones it makes.
+        const ALONE: &str = "OTEL_CTX_PROCFS_TEST_ALONE";
+        if std::env::var_os(ALONE).is_none() {
+            let status = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "procfs::tests::kept_files_read_what_the_paths_do",
+                ])
+                .args(["--test-threads=1", "--nocapture"])
+                .env(ALONE, "1")
+                .status()
+                .unwrap();
+            assert!(status.success(), "{status}");
+            return;
+        }
         let mut files = TaskFiles::new(std::process::id());
         let (tid, tx, thread) = parked_thread();
         let here = rustix::thread::gettid().as_raw_nonzero().get() as u32;
