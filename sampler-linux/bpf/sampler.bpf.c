@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 OR GPL-2.0-only
 /*
  * The thread-context sampler: a BPF program run on every tick of a CPU-clock perf event
- * (one event per CPU). When the interrupted task belongs to one of the target processes
+ * (one event per CPU), and, for off-CPU time, two run at tracepoints (see
+ * `note_switch` and `sample_off_cpu` below). When the interrupted task belongs to one of the target processes
  * (the `targets` map, keyed by process id), it finds the task's `otel_thread_ctx_v1` slot
  * with the parameters user space computed from that process's reader's `Resolution`,
  * follows the slot to the record, and sends the process and thread ids, the outcome, the 28-byte header and the attrs-data to user space through a ring buffer;
@@ -47,13 +48,17 @@ struct thread_struct {
 #endif
 
 struct task_struct {
+    int pid;  /* the thread id */
+    int tgid; /* the process id */
     struct thread_struct thread;
 } __attribute__((preserve_access_index));
 
-/* The user registers saved at the kernel's entry (`task_pt_regs`). */
+/* The user registers saved at the kernel's entry (`task_pt_regs`), and the number of
+ * the system call the task is in (negative outside one). */
 #if defined(OTEL_CTX_ARCH_X86_64)
 struct pt_regs {
     unsigned long bp;
+    unsigned long orig_ax;
     unsigned long ip;
     unsigned long sp;
 } __attribute__((preserve_access_index));
@@ -62,6 +67,7 @@ struct pt_regs {
     __u64 regs[31];
     __u64 sp;
     __u64 pc;
+    __s32 syscallno;
 } __attribute__((preserve_access_index));
 #endif
 
@@ -136,6 +142,8 @@ struct ctx_config {
     __u64 stack_size;  /* bytes of user stack to copy (0: no registers, no stack) */
     __u64 kernel_stack; /* 1: the kernel stack too */
     __u64 wakeup_bytes; /* wake user space once this much is waiting in the ring */
+    __u64 off_cpu_threshold; /* off-CPU samples of waits at least this long (ns); 0: none */
+    __u64 off_cpu_chance; /* a switch is followed if a random u32 is below it (1 << 32: all) */
 };
 
 /* Written by user space: one target process, the value of its `targets` entry. */
@@ -204,12 +212,13 @@ struct ctx_sample {
     __u32 py_state;    /* PY_* */
     __u32 py_count;    /* entries of `py` */
     __u64 py_fault_addr;
+    __u64 off_cpu_ns;  /* an off-CPU sample: how long the thread was away; 0: a tick's */
     struct py_frame py[MAX_PY_FRAMES];
     __u8 stack[MAX_STACK]; /* only stack_len bytes of it are sent */
 };
 
 /* The offsets `src/ebpf/wire.rs` reads. */
-_Static_assert(sizeof(struct ctx_config) == 3 * 8, "ctx_config is 3 words");
+_Static_assert(sizeof(struct ctx_config) == 5 * 8, "ctx_config is 5 words");
 _Static_assert(sizeof(struct ctx_target) == 8 * 8, "ctx_target is 8 words");
 _Static_assert(__builtin_offsetof(struct ctx_sample, pid) == 4, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, state) == 8, "ctx_sample layout");
@@ -224,8 +233,9 @@ _Static_assert(__builtin_offsetof(struct ctx_sample, stack_len) == 736, "ctx_sam
 _Static_assert(__builtin_offsetof(struct ctx_sample, kstack_len) == 740, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, kstack) == 744, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, py_state) == 1000, "ctx_sample layout");
-_Static_assert(__builtin_offsetof(struct ctx_sample, py) == 1016, "ctx_sample layout");
-_Static_assert(__builtin_offsetof(struct ctx_sample, stack) == 1016 + 32 * MAX_PY_FRAMES,
+_Static_assert(__builtin_offsetof(struct ctx_sample, off_cpu_ns) == 1016, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, py) == 1024, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, stack) == 1024 + 32 * MAX_PY_FRAMES,
                "ctx_sample layout");
 _Static_assert(sizeof(struct py_target) == 17 * 8, "py_target is 17 words");
 
@@ -262,13 +272,42 @@ struct {
 } py_threads SEC(".maps");
 
 /* Counters per CPU: 0 = ticks that interrupted a target, 1 = samples lost because the
- * ring buffer was full. */
+ * ring buffer was full, 2 = switches of a target's threads away from a CPU followed, 3 =
+ * off-CPU samples taken (the thread was away at least the threshold). */
+#define COUNT_TICKS 0
+#define COUNT_LOST 1
+#define COUNT_SWITCHES 2
+#define COUNT_OFF_CPU 3
 struct {
     __uint(type, MAP_TYPE_PERCPU_ARRAY);
-    __uint(max_entries, 2);
+    __uint(max_entries, 4);
     __type(key, __u32);
     __type(value, __u64);
 } counters SEC(".maps");
+
+/* The threads of targets waiting in a system call, by thread id: when they last left
+ * their CPU (0 while on one) and how long they were away in all since the call began.
+ * Made at the first switch away in the call, taken and deleted as the call returns. */
+#define MAX_AWAY_THREADS 16384
+struct away {
+    __u64 since; /* bpf_ktime_get_ns() at the switch away; 0 while on a CPU */
+    __u64 total; /* ns away before `since` */
+};
+struct {
+    __uint(type, MAP_TYPE_LRU_HASH);
+    __uint(max_entries, MAX_AWAY_THREADS);
+    __type(key, __u32);
+    __type(value, struct away);
+} away SEC(".maps");
+
+/* Where an off-CPU sample is built: one entry per CPU, apart from the ticks' (a tick can
+ * interrupt the program at a system call's return, which is not guarded against it). */
+struct {
+    __uint(type, MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct ctx_sample);
+} off_cpu_scratch SEC(".maps");
 
 /* bpf_ringbuf_output flags and bpf_ringbuf_query's question (UAPI numbers). */
 #define RB_NO_WAKEUP 1
@@ -606,21 +645,15 @@ static __always_inline void sample_python(struct ctx_sample *s, const struct py_
     bpf_loop(MAX_PY_FRAMES + 1, py_frame_step, &w, 0);
 }
 
-SEC("perf_event")
-int sample_thread_context(void *ctx) {
-    __u32 zero = 0;
-    const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
-    if (!c)
-        return 0;
-    __u64 pid_tgid = bpf_get_current_pid_tgid();
+/* Builds and sends the sample of the current task, a thread of the target `t`, in this
+ * CPU's entry of `buffers`: `off_cpu_ns` is 0 for a tick's sample, else the time it was
+ * away from a CPU. */
+static __always_inline int send_sample(void *ctx, const struct ctx_config *c,
+                                       const struct ctx_target *t, __u64 pid_tgid,
+                                       __u64 off_cpu_ns, void *buffers) {
     __u32 tgid = (__u32)(pid_tgid >> 32);
-    const struct ctx_target *t = bpf_map_lookup_elem(&targets, &tgid);
-    if (!t)
-        return 0;
-    count(0);
-
     __u32 cpu = bpf_get_smp_processor_id();
-    struct ctx_sample *s = bpf_map_lookup_elem(&scratch, &cpu);
+    struct ctx_sample *s = bpf_map_lookup_elem(buffers, &cpu);
     if (!s)
         return 0;
     /* The scratch entry holds the last sample of this CPU: clear the fixed part (the
@@ -643,6 +676,7 @@ int sample_thread_context(void *ctx) {
     s->py_state = PY_OFF;
     s->py_count = 0;
     s->py_fault_addr = 0;
+    s->off_cpu_ns = off_cpu_ns;
     sample_task(s, t);
     const struct py_target *py = bpf_map_lookup_elem(&python, &tgid);
     if (py)
@@ -662,8 +696,103 @@ int sample_thread_context(void *ctx) {
     __u64 pending = bpf_ringbuf_query(&samples, RB_AVAIL_DATA);
     if (bpf_ringbuf_output(&samples, s, len,
                            pending >= c->wakeup_bytes ? RB_FORCE_WAKEUP : RB_NO_WAKEUP))
-        count(1);
+        count(COUNT_LOST);
     return 0;
+}
+
+SEC("perf_event")
+int sample_thread_context(void *ctx) {
+    __u32 zero = 0;
+    const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
+    if (!c)
+        return 0;
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
+    __u32 tgid = (__u32)(pid_tgid >> 32);
+    const struct ctx_target *t = bpf_map_lookup_elem(&targets, &tgid);
+    if (!t)
+        return 0;
+    count(COUNT_TICKS);
+    return send_sample(ctx, c, t, pid_tgid, 0, &scratch);
+}
+
+/* Off-CPU time, in two halves, both at tracepoints (which every kernel with BTF
+ * offers, where kprobes and the BPF trampoline may be missing). At the scheduler's
+ * switch, a thread of a target that leaves its CPU of its own accord inside a system
+ * call (to sleep, to wait for a lock, a socket, a pipe or a disk) has the time noted;
+ * the thread switched to has the time it was away added up. Nothing more: one lookup for
+ * the threads of any other process. The arguments of sched_switch: preempt, prev, next
+ * (and prev_state since Linux 5.18). */
+SEC("tp_btf/sched_switch")
+int note_switch(unsigned long long *ctx) {
+    __u32 zero = 0;
+    const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
+    if (!c || !c->off_cpu_threshold)
+        return 0;
+    __u64 now = bpf_ktime_get_ns();
+    struct task_struct *next = (struct task_struct *)ctx[2];
+    __u32 next_tid = (__u32)BPF_CORE_READ(next, pid);
+    struct away *back = bpf_map_lookup_elem(&away, &next_tid);
+    if (back && back->since) {
+        back->total += now - back->since;
+        back->since = 0;
+    }
+    /* Taken from its CPU while it runs (preempt): not a wait of its own. */
+    if (ctx[0])
+        return 0;
+    struct task_struct *prev = (struct task_struct *)ctx[1];
+    __u32 tgid = (__u32)BPF_CORE_READ(prev, tgid);
+    if (!bpf_map_lookup_elem(&targets, &tgid))
+        return 0;
+    __u32 tid = (__u32)BPF_CORE_READ(prev, pid);
+    struct away *left = bpf_map_lookup_elem(&away, &tid);
+    if (left) {
+        left->since = now;
+        return 0;
+    }
+    /* Outside a system call (a page fault's wait) no return comes to sample it at. */
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+#if defined(OTEL_CTX_ARCH_X86_64)
+    long call = (long)BPF_CORE_READ(regs, orig_ax);
+#else
+    long call = BPF_CORE_READ(regs, syscallno);
+#endif
+    if (call < 0)
+        return 0;
+    /* One system call's waits in 1/chance are followed; user space weighs each sample
+     * by it. */
+    if (c->off_cpu_chance <= 0xffffffffULL && bpf_get_prandom_u32() >= c->off_cpu_chance)
+        return 0;
+    struct away fresh = {.since = now, .total = 0};
+    bpf_map_update_elem(&away, &tid, &fresh, 0);
+    count(COUNT_SWITCHES);
+    return 0;
+}
+
+/* The other half: as the system call returns, on the thread itself, whose user
+ * registers and stack are those it waited with, and whose thread context is the one it
+ * waited under (the thread is in the kernel, where the spec allows a reader to read
+ * it). A call that kept the thread away at least the threshold in all is sampled as a
+ * tick would sample it, with the time it was away. The arguments of sys_exit: regs,
+ * ret. */
+SEC("tp_btf/sys_exit")
+int sample_off_cpu(unsigned long long *ctx) {
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
+    __u32 tid = (__u32)pid_tgid;
+    struct away *waited = bpf_map_lookup_elem(&away, &tid);
+    if (!waited)
+        return 0;
+    __u64 total = waited->total;
+    bpf_map_delete_elem(&away, &tid);
+    __u32 zero = 0;
+    const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
+    if (!c || !c->off_cpu_threshold || total < c->off_cpu_threshold)
+        return 0;
+    __u32 tgid = (__u32)(pid_tgid >> 32);
+    const struct ctx_target *t = bpf_map_lookup_elem(&targets, &tgid);
+    if (!t)
+        return 0;
+    count(COUNT_OFF_CPU);
+    return send_sample(ctx, c, t, pid_tgid, total, &off_cpu_scratch);
 }
 
 /* The helpers that read user memory and the current task are GPL-only: the program

@@ -68,12 +68,15 @@ use otel_ctx_reader::thread::{ThreadContextRef, ThreadReader, ThreadReport};
 use otel_ctx_reader::UserRegisters;
 
 pub use error::SamplerError;
-pub use options::{Method, SamplerOptions, Threads, MAX_FREQUENCY_HZ, MAX_PROCESSES};
+pub use options::{
+    Method, OffCpu, SamplerOptions, Threads, DEFAULT_OFF_CPU_THRESHOLD, MAX_FREQUENCY_HZ,
+    MAX_PROCESSES,
+};
 pub use process::{Following, PreparedProcess, MODULES_FALLBACK, REFRESH_INTERVAL};
 pub use sample::{PythonSample, Sample};
 pub use stack::StackBuffer;
 pub use stats::{SamplerStats, Unreadable};
-pub use tally::{AttributeTally, NO_CONTEXT, UNREADABLE};
+pub use tally::{AttributeTally, Bucket, NO_CONTEXT, UNREADABLE};
 
 use process::Process;
 use stats::deliver;
@@ -335,6 +338,8 @@ impl Sampler {
             let counters = sampler.counters().unwrap_or_default();
             stats.lost = counters.lost;
             stats.ticks = counters.ticks;
+            stats.waits = counters.switches;
+            stats.off_cpu_samples = counters.off_cpu_samples;
         }
         stats
     }
@@ -349,6 +354,8 @@ impl Sampler {
     where
         F: FnMut(&Sample<'_>) -> bool,
     {
+        #[cfg(feature = "ebpf")]
+        let off_cpu_one_in = self.options.off_cpu.map_or(1, |o| o.one_in.max(1));
         let Self {
             engine,
             readers,
@@ -395,6 +402,8 @@ impl Sampler {
                             },
                             python,
                             weight_ns: 0,
+                            // An off-CPU sample stands for the switches not followed.
+                            off_cpu_ns: s.off_cpu_ns.saturating_mul(u64::from(off_cpu_one_in)),
                         };
                         deliver(stats, &sample, &mut on_sample)
                     };
@@ -505,6 +514,7 @@ fn ebpf_sampler(options: &SamplerOptions) -> Result<crate::ebpf::EbpfSampler, Sa
         .with_stack_size(options.stack_size)
         .with_max_record_size(options.thread_reader.max_record_size)
         .with_max_processes(options.max_processes)
-        .with_ring_seconds(options.ring_seconds);
+        .with_ring_seconds(options.ring_seconds)
+        .with_off_cpu(options.off_cpu);
     Ok(crate::ebpf::EbpfSampler::new(ebpf)?)
 }

@@ -1,6 +1,8 @@
 //! How a sampler samples: the way ([`Method`]), the threads a ptrace round stops
 //! ([`Threads`]), the rate, the stack copy and the limits ([`SamplerOptions`]).
 
+use std::time::Duration;
+
 use otel_ctx_reader::thread::ThreadReaderOptions;
 
 use crate::stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
@@ -82,6 +84,58 @@ pub struct SamplerOptions {
     /// samples are lost (its ring buffer holds that many seconds of samples, within a
     /// memory bound). Default 1; at least 1.
     pub ring_seconds: u32,
+    /// Measure off-CPU time too ([`Sample::off_cpu_ns`](crate::Sample::off_cpu_ns)).
+    /// With eBPF, a thread of a followed process that comes back to a CPU after a wait
+    /// of at least [`OffCpu::threshold`] is sampled then, its stack where it blocked,
+    /// with the time it was away. With ptrace, each round samples every thread, whatever
+    /// its state (wall-clock sampling, whatever [`threads`](Self::threads) says), and
+    /// each sample is split by the thread's CPU clock since its last sample into the
+    /// time it ran ([`Sample::weight_ns`](crate::Sample::weight_ns)) and the time it
+    /// spent off a CPU. Default `None`: CPU time only.
+    pub off_cpu: Option<OffCpu>,
+}
+
+/// [`OffCpu::threshold`] by default: waits shorter than this are not sampled.
+pub const DEFAULT_OFF_CPU_THRESHOLD: Duration = Duration::from_micros(200);
+
+/// How the eBPF sampler takes off-CPU samples ([`SamplerOptions::off_cpu`]; ptrace's
+/// wall-clock rounds take neither into account). Start from `OffCpu::default()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct OffCpu {
+    /// The shortest wait sampled: the time of shorter ones is not counted, and they cost
+    /// no sample. Default [`DEFAULT_OFF_CPU_THRESHOLD`].
+    pub threshold: Duration,
+    /// One switch away from a CPU in this many is followed, and each of its samples
+    /// stands for this many, so that the totals stay right: for hosts whose threads
+    /// switch so often that following every switch costs too much. Default 1 (every
+    /// one); at least 1.
+    pub one_in: u32,
+}
+
+impl Default for OffCpu {
+    fn default() -> Self {
+        Self {
+            threshold: DEFAULT_OFF_CPU_THRESHOLD,
+            one_in: 1,
+        }
+    }
+}
+
+impl OffCpu {
+    /// Sets [`threshold`](Self::threshold) (at least 1 ns).
+    #[must_use]
+    pub fn with_threshold(mut self, threshold: Duration) -> Self {
+        self.threshold = threshold.max(Duration::from_nanos(1));
+        self
+    }
+
+    /// Sets [`one_in`](Self::one_in) (at least 1).
+    #[must_use]
+    pub const fn with_one_in(mut self, one_in: u32) -> Self {
+        self.one_in = if one_in == 0 { 1 } else { one_in };
+        self
+    }
 }
 
 impl Default for SamplerOptions {
@@ -96,6 +150,7 @@ impl Default for SamplerOptions {
             require_known_schema: false,
             python: true,
             ring_seconds: 1,
+            off_cpu: None,
         }
     }
 }
@@ -158,6 +213,13 @@ impl SamplerOptions {
     #[must_use]
     pub const fn with_require_known_schema(mut self, require: bool) -> Self {
         self.require_known_schema = require;
+        self
+    }
+
+    /// Sets [`off_cpu`](Self::off_cpu).
+    #[must_use]
+    pub const fn with_off_cpu(mut self, off_cpu: Option<OffCpu>) -> Self {
+        self.off_cpu = off_cpu;
         self
     }
 

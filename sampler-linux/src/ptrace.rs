@@ -30,6 +30,11 @@ pub(super) struct Rounds {
     next: Instant,
     rng: fastrand::Rng,
     threads: Threads,
+    /// [`SamplerOptions::off_cpu`]: every thread, each sample split into its time on and
+    /// off a CPU.
+    off_cpu: bool,
+    /// The clock of the off-CPU split (the wall time of [`CpuSeen::wall`]).
+    epoch: Instant,
     records: RecordBuffer,
     /// `None` when the sampler copies no stacks.
     stack: Option<StackBuffer>,
@@ -57,6 +62,8 @@ struct CpuSeen {
     /// make it run, which makes the next round sample it again, and so on for as long
     /// as the profile lasts.
     owed: u64,
+    /// With off-CPU time: nanoseconds since [`Rounds::epoch`] when it was counted.
+    wall: u64,
 }
 
 impl CpuSeen {
@@ -89,6 +96,8 @@ impl Rounds {
             next: Instant::now(),
             rng: fastrand::Rng::new(),
             threads: options.threads,
+            off_cpu: options.off_cpu.is_some(),
+            epoch: Instant::now(),
             records: RecordBuffer::with_capacity(1024),
             stack: (options.stack_size > 0).then(|| StackBuffer::new(options.stack_size)),
             cpu_before: HashMap::new(),
@@ -110,7 +119,10 @@ impl Rounds {
                 .is_some_and(|s| s.is_running())
                 .then_some(0);
         };
-        let counted = CpuSeen { at: now, owed: 0 };
+        let counted = CpuSeen {
+            at: now,
+            ..CpuSeen::default()
+        };
         let (seen, weight) = match self.cpu_before.get(&(pid, tid)) {
             Some(&before) => match now.checked_sub(before.at) {
                 Some(ran) if ran > before.owed => (counted, Some(ran)),
@@ -125,6 +137,32 @@ impl Rounds {
         };
         self.cpu_now.insert((pid, tid), seen);
         weight
+    }
+
+    /// What a sample of thread `tid` stands for when off-CPU time is measured: the time
+    /// since its last sample, split into the time it ran (its scheduler's own count)
+    /// and the rest, off a CPU; `None` when it is seen for the first time (its
+    /// baseline). Without scheduler statistics, the whole time is put down to its state
+    /// now: on a CPU in state `R`, off it otherwise.
+    fn wall_weights(&mut self, files: &mut TaskFiles, tid: u32) -> Option<(u64, u64)> {
+        let pid = files.pid();
+        let cpu = files.cpu_time(tid);
+        let wall = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let seen = CpuSeen {
+            at: cpu.unwrap_or(0),
+            owed: 0,
+            wall,
+        };
+        self.cpu_now.insert((pid, tid), seen);
+        let before = self.cpu_before.get(&(pid, tid))?;
+        let elapsed = wall.saturating_sub(before.wall);
+        let ran = match cpu {
+            // A counter that went back counts no time on a CPU.
+            Some(cpu) => cpu.saturating_sub(before.at).min(elapsed),
+            None if procfs::task_stat(pid, tid).is_some_and(|s| s.is_running()) => elapsed,
+            None => 0,
+        };
+        (elapsed > 0).then_some((ran, elapsed - ran))
     }
 
     /// The interval after a round: uniform between half and one and a half periods.
@@ -180,12 +218,16 @@ impl Rounds {
             };
             let mut reader = readers.get_mut(&pid);
             for tid in tids {
-                let weight_ns = match self.threads {
-                    Threads::Running => match self.cpu_weight(files, tid) {
-                        Some(ran) => ran,
+                let (weight_ns, off_cpu_ns) = match self.threads {
+                    _ if self.off_cpu => match self.wall_weights(files, tid) {
+                        Some(split) => split,
                         None => continue,
                     },
-                    Threads::All => 0,
+                    Threads::Running => match self.cpu_weight(files, tid) {
+                        Some(ran) => (ran, 0),
+                        None => continue,
+                    },
+                    Threads::All => (0, 0),
                 };
                 let Process {
                     stacks,
@@ -242,7 +284,7 @@ impl Rounds {
                     }
                     Err(e) => (None, Err(e)),
                 };
-                if weight_ns > 0 {
+                if weight_ns > 0 && !self.off_cpu {
                     CpuSeen::sampled(&mut self.cpu_now, files, pid, tid);
                 }
                 let stack = match (&registers, &self.stack) {
@@ -273,6 +315,7 @@ impl Rounds {
                     },
                     python,
                     weight_ns,
+                    off_cpu_ns,
                 };
                 let changed = deliver(stats, &sample, on_sample);
                 drop(sample);

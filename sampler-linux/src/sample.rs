@@ -34,8 +34,13 @@ pub struct Sample<'a> {
     /// Its Python frames, when its process runs CPython
     /// ([`SamplerOptions::python`](crate::SamplerOptions::python)).
     pub python: Option<PythonSample<'a>>,
-    /// The time it stands for, in nanoseconds; 0: one sampling period.
+    /// The time on a CPU it stands for, in nanoseconds; 0: one sampling period (none
+    /// when [`off_cpu_ns`](Self::off_cpu_ns) is not 0).
     pub weight_ns: u64,
+    /// The time off a CPU it stands for, in nanoseconds (sleeping, blocked, or runnable
+    /// without a CPU), with [`SamplerOptions::off_cpu`](crate::SamplerOptions::off_cpu);
+    /// 0 otherwise.
+    pub off_cpu_ns: u64,
 }
 
 /// A sample's Python frames, with the names of their code objects, read by the sampler
@@ -70,6 +75,7 @@ impl<'a> Sample<'a> {
             context: Ok(None),
             python: None,
             weight_ns: 0,
+            off_cpu_ns: 0,
         }
     }
 
@@ -98,6 +104,22 @@ impl<'a> Sample<'a> {
     pub const fn with_weight_ns(mut self, weight: u64) -> Self {
         self.weight_ns = weight;
         self
+    }
+
+    /// Sets [`off_cpu_ns`](Self::off_cpu_ns).
+    #[must_use]
+    pub const fn with_off_cpu_ns(mut self, off_cpu: u64) -> Self {
+        self.off_cpu_ns = off_cpu;
+        self
+    }
+
+    /// The time on a CPU it stands for, in nanoseconds, where a sample of one period
+    /// stands for `period_ns`.
+    pub const fn cpu_ns(&self, period_ns: u64) -> u64 {
+        match (self.weight_ns, self.off_cpu_ns) {
+            (0, 0) => period_ns,
+            (weight, _) => weight,
+        }
     }
 
     /// The thread context, if the sample has one.

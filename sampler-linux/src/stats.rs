@@ -33,6 +33,12 @@ pub struct SamplerStats {
     pub ticks: u64,
     /// Rounds taken (ptrace).
     pub rounds: u64,
+    /// With off-CPU time, by eBPF: the system calls of followed threads that left their
+    /// CPU, followed.
+    pub waits: u64,
+    /// Of those, the ones away long enough to be sampled (their samples handed over,
+    /// or lost).
+    pub off_cpu_samples: u64,
 }
 
 impl SamplerStats {

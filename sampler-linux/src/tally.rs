@@ -13,12 +13,26 @@ pub const NO_CONTEXT: &str = "(no context)";
 /// The bucket of a thread whose context could not be read.
 pub const UNREADABLE: &str = "(unreadable)";
 
-/// Thread samples counted per value of the attribute [`AttributeTally::by`] names.
+/// Thread samples counted per value of the attribute [`AttributeTally::by`] names, with
+/// the time on and off a CPU they stand for.
 #[derive(Clone, Debug)]
 pub struct AttributeTally {
     by: String,
     raw_keys: bool,
-    counts: HashMap<String, u64>,
+    period_ns: u64,
+    counts: HashMap<String, Bucket>,
+}
+
+/// The samples of one value, and their time on and off a CPU in nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Bucket {
+    /// Samples.
+    pub samples: u64,
+    /// Their time on a CPU ([`Sample::cpu_ns`]).
+    pub cpu_ns: u64,
+    /// Their time off a CPU ([`Sample::off_cpu_ns`]).
+    pub off_cpu_ns: u64,
 }
 
 impl AttributeTally {
@@ -30,8 +44,17 @@ impl AttributeTally {
         Self {
             by: by.to_owned(),
             raw_keys,
+            period_ns: 0,
             counts: HashMap::new(),
         }
+    }
+
+    /// Sets the sampling period: the time on a CPU a sample of one period stands for
+    /// ([`Sample::cpu_ns`]). Default 0 (samples are counted, not timed).
+    #[must_use]
+    pub const fn with_period_ns(mut self, period_ns: u64) -> Self {
+        self.period_ns = period_ns;
+        self
     }
 
     /// The attribute counted by.
@@ -41,34 +64,45 @@ impl AttributeTally {
 
     /// Counts one sample.
     pub fn add(&mut self, sample: &Sample<'_>) {
-        let value = match &sample.context {
-            Ok(None) => None,
-            Ok(Some(c)) if self.raw_keys => Some(raw_value(c.attrs_data, &self.by)),
-            Ok(Some(c)) => Some(c.attribute(&self.by)),
-            Err(_) => {
-                *self.counts.entry(UNREADABLE.to_owned()).or_default() += 1;
-                return;
+        let name = match &sample.context {
+            Err(_) => UNREADABLE.to_owned(),
+            Ok(None) => NO_CONTEXT.to_owned(),
+            Ok(Some(c)) => {
+                let value = match self.raw_keys {
+                    true => raw_value(c.attrs_data, &self.by),
+                    false => c.attribute(&self.by),
+                };
+                match value {
+                    None => format!("(no {})", self.by),
+                    Some(v) => String::from_utf8_lossy(v).into_owned(),
+                }
             }
         };
-        let bucket = match value {
-            None => NO_CONTEXT.to_owned(),
-            Some(None) => format!("(no {})", self.by),
-            Some(Some(v)) => String::from_utf8_lossy(v).into_owned(),
-        };
-        *self.counts.entry(bucket).or_default() += 1;
+        let bucket = self.counts.entry(name).or_default();
+        bucket.samples += 1;
+        bucket.cpu_ns = bucket.cpu_ns.saturating_add(sample.cpu_ns(self.period_ns));
+        bucket.off_cpu_ns = bucket.off_cpu_ns.saturating_add(sample.off_cpu_ns);
     }
 
     /// `(value, samples)`, most samples first, then by value.
     pub fn rows(&self) -> Vec<(&str, u64)> {
-        let mut rows: Vec<(&str, u64)> =
+        self.buckets()
+            .into_iter()
+            .map(|(value, bucket)| (value, bucket.samples))
+            .collect()
+    }
+
+    /// `(value, its samples and time)`, most samples first, then by value.
+    pub fn buckets(&self) -> Vec<(&str, Bucket)> {
+        let mut rows: Vec<(&str, Bucket)> =
             self.counts.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        rows.sort_by(|a, b| b.1.samples.cmp(&a.1.samples).then(a.0.cmp(b.0)));
         rows
     }
 
     /// Samples counted.
     pub fn samples(&self) -> u64 {
-        self.counts.values().sum()
+        self.counts.values().map(|b| b.samples).sum()
     }
 
     /// When the attribute is not in `key_map` (and keys are not raw): a note that says so

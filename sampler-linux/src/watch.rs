@@ -6,7 +6,9 @@ use std::time::Duration;
 use otel_ctx_reader::thread::{ThreadReader, ThreadReaderOptions};
 
 use crate::tally::AttributeTally;
-use crate::{Following, Method, Sampler, SamplerError, SamplerOptions, SamplerStats, Threads};
+use crate::{
+    Following, Method, OffCpu, Sampler, SamplerError, SamplerOptions, SamplerStats, Threads,
+};
 
 /// A [`Sampler`] of every thread of one process, its samples counted per value of one
 /// attribute ([`AttributeTally`]).
@@ -45,7 +47,33 @@ impl Watch {
         raw_keys: bool,
         method: Option<Method>,
     ) -> Result<Self, SamplerError> {
+        Self::start(pid, hz, by, raw_keys, method, None)
+    }
+
+    /// As [`open`](Self::open), measuring off-CPU time too
+    /// ([`SamplerOptions::off_cpu`]): each value's [`Bucket`](crate::Bucket) has the
+    /// time its threads spent on a CPU and off it.
+    pub fn open_off_cpu(
+        pid: u32,
+        hz: u32,
+        by: &str,
+        raw_keys: bool,
+        method: Option<Method>,
+        off_cpu: OffCpu,
+    ) -> Result<Self, SamplerError> {
+        Self::start(pid, hz, by, raw_keys, method, Some(off_cpu))
+    }
+
+    fn start(
+        pid: u32,
+        hz: u32,
+        by: &str,
+        raw_keys: bool,
+        method: Option<Method>,
+        off_cpu: Option<OffCpu>,
+    ) -> Result<Self, SamplerError> {
         let options = SamplerOptions::default()
+            .with_off_cpu(off_cpu)
             .with_method(method)
             .with_frequency_hz(hz)
             .with_stack_size(0)
@@ -60,7 +88,8 @@ impl Watch {
             sampler,
             pid,
             hz,
-            tally: AttributeTally::new(by, raw_keys),
+            tally: AttributeTally::new(by, raw_keys)
+                .with_period_ns(1_000_000_000 / u64::from(hz.max(1))),
         })
     }
 
@@ -88,6 +117,11 @@ impl Watch {
     /// The counts so far.
     pub const fn tally(&self) -> &AttributeTally {
         &self.tally
+    }
+
+    /// Whether off-CPU time is measured ([`open_off_cpu`](Self::open_off_cpu)).
+    pub const fn off_cpu(&self) -> bool {
+        self.sampler.options().off_cpu.is_some()
     }
 
     /// How the samples are taken.

@@ -26,6 +26,7 @@
 
 mod error;
 mod maps;
+mod off_cpu;
 mod publications;
 mod python;
 mod targets;
@@ -46,6 +47,7 @@ use otel_ctx_reader::thread::{ThreadContextRef, ThreadReader};
 use otel_ctx_reader::UserRegisters;
 
 use crate::python::PythonProcess;
+use crate::OffCpu;
 
 use error::{explain, is_permission, load_error, BTF_PATH};
 use maps::{counter, poll_readable};
@@ -94,6 +96,13 @@ pub struct EbpfOptions {
     /// least this many seconds of samples, within
     /// [`max_ring_bytes`](Self::max_ring_bytes). Default [`RING_SECONDS`]; at least 1.
     pub ring_seconds: u32,
+    /// Off-CPU samples too ([`EbpfSample::off_cpu_ns`]): the program's halves at the
+    /// scheduler's switch and at the return of system calls note when a thread of a
+    /// followed process leaves its CPU inside a system call, add up the time it is
+    /// away, and sample it as the call returns when that is at least
+    /// [`OffCpu::threshold`], following one call in [`OffCpu::one_in`]. Default
+    /// `None`: ticks only.
+    pub off_cpu: Option<OffCpu>,
 }
 
 /// [`EbpfOptions::ring_seconds`] by default: how many seconds of samples the ring
@@ -127,6 +136,7 @@ impl Default for EbpfOptions {
             max_processes: EBPF_MAX_PROCESSES,
             max_ring_bytes: DEFAULT_MAX_RING_BYTES,
             ring_seconds: RING_SECONDS,
+            off_cpu: None,
         }
     }
 }
@@ -185,6 +195,13 @@ impl EbpfOptions {
         self
     }
 
+    /// Sets [`off_cpu`](Self::off_cpu).
+    #[must_use]
+    pub const fn with_off_cpu(mut self, off_cpu: Option<OffCpu>) -> Self {
+        self.off_cpu = off_cpu;
+        self
+    }
+
     /// Sets [`max_ring_bytes`](Self::max_ring_bytes) (at least 1 MiB).
     #[must_use]
     pub const fn with_max_ring_bytes(mut self, bytes: usize) -> Self {
@@ -227,6 +244,12 @@ pub struct EbpfCounters {
     pub ticks: u64,
     /// Samples lost because the ring buffer was full (user space read too slowly).
     pub lost: u64,
+    /// System calls of a followed process's threads that left their CPU, followed
+    /// ([`EbpfOptions::off_cpu`]).
+    pub switches: u64,
+    /// Off-CPU samples taken: the followed calls whose thread was away at least the
+    /// threshold.
+    pub off_cpu_samples: u64,
 }
 
 /// One sample of a thread as the BPF program took it at a tick, named with the reader of
@@ -259,6 +282,10 @@ pub struct EbpfSample<'a> {
     /// Its Python frames, when the process's are walked
     /// ([`EbpfSampler::set_process_python`]).
     pub python: EbpfPython<'a>,
+    /// An off-CPU sample ([`EbpfOptions::off_cpu`]), taken as the system call that kept
+    /// the thread from a CPU returned: how long it was away, in nanoseconds (its
+    /// registers and stack are where it blocked). 0 for a tick's sample.
+    pub off_cpu_ns: u64,
 }
 
 impl EbpfSample<'_> {
@@ -299,6 +326,13 @@ impl fmt::Debug for EbpfSampler {
     }
 }
 
+/// The program's per-CPU counters (`COUNT_*`): ticks of a followed thread, samples lost
+/// to a full ring, followed system calls that left their CPU, off-CPU samples taken.
+const COUNT_TICKS: u32 = 0;
+const COUNT_LOST: u32 = 1;
+const COUNT_SWITCHES: u32 = 2;
+const COUNT_OFF_CPU: u32 = 3;
+
 /// How many times a program load the kernel answers with `EAGAIN` is tried.
 const LOAD_ATTEMPTS: usize = 4;
 
@@ -321,6 +355,14 @@ impl EbpfSampler {
         let max_processes = options.max_processes.clamp(1, EBPF_MAX_PROCESSES);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("scratch", u32::try_from(cpus).unwrap_or(u32::MAX))
+            // The off-CPU samples' own buffers: one per CPU when they are taken.
+            .map_max_entries(
+                "off_cpu_scratch",
+                match options.off_cpu {
+                    Some(_) => u32::try_from(cpus).unwrap_or(u32::MAX),
+                    None => 1,
+                },
+            )
             .map_max_entries("samples", ring_size)
             .map_max_entries("targets", max_processes as u32)
             .load(PROGRAM)
@@ -347,6 +389,10 @@ impl EbpfSampler {
                 kernel_stack: options.kernel_stack,
                 // A quarter of the ring.
                 wakeup_bytes: u64::from(ring_size / 4),
+                off_cpu_threshold_ns: options.off_cpu.map_or(0, |o| {
+                    u64::try_from(o.threshold.as_nanos()).map_or(u64::MAX, |ns| ns.max(1))
+                }),
+                off_cpu_one_in: options.off_cpu.map_or(1, |o| o.one_in),
             },
             entry: Vec::with_capacity(wire::SAMPLE_SIZE + options.stack_size),
         };
@@ -387,6 +433,9 @@ impl EbpfSampler {
                         _ => EbpfError::Attach { cpu, message },
                     }
                 })?;
+        }
+        if options.off_cpu.is_some() {
+            off_cpu::attach(&mut sampler.ebpf)?;
         }
         Ok(sampler)
     }
@@ -589,6 +638,7 @@ impl EbpfSampler {
                 decoded.python.1,
                 &entry[decoded.python.2.clone()],
             ),
+            off_cpu_ns: decoded.off_cpu_ns,
         })
     }
 
@@ -609,8 +659,10 @@ impl EbpfSampler {
     /// The program's counts, summed over CPUs.
     pub fn counters(&self) -> Result<EbpfCounters, EbpfError> {
         Ok(EbpfCounters {
-            ticks: counter(&self.counters, 0)?,
-            lost: counter(&self.counters, 1)?,
+            ticks: counter(&self.counters, COUNT_TICKS)?,
+            lost: counter(&self.counters, COUNT_LOST)?,
+            switches: counter(&self.counters, COUNT_SWITCHES)?,
+            off_cpu_samples: counter(&self.counters, COUNT_OFF_CPU)?,
         })
     }
 }
@@ -618,8 +670,9 @@ impl EbpfSampler {
 /// Loads the program into the kernel, again when the kernel answers `EAGAIN` (the
 /// verifier can give up on a busy machine), a few times.
 impl EbpfSampler {
-    /// Detaches the program from every CPU's perf event: no tick runs it from now on,
-    /// and what it wrote before stays in the ring to be read. For a sampler whose
+    /// Detaches the program from every CPU's perf event (and from the scheduler's
+    /// switches): no tick runs it from now on, and what it wrote before stays in the
+    /// ring to be read. For a sampler whose
     /// sampling is over while its samples are still being made into a profile (and the
     /// network waited on), so that nothing runs, overflows or is lost meanwhile.
     pub fn stop(&mut self) {
@@ -629,6 +682,7 @@ impl EbpfSampler {
                 let _ = program.unload();
             }
         }
+        off_cpu::detach(&mut self.ebpf);
     }
 }
 
@@ -691,7 +745,7 @@ mod tests {
                 })
                 .product()
         };
-        let shared: [(&str, u64); 18] = [
+        let shared: [(&str, u64); 22] = [
             ("MAX_STACK", crate::stack::MAX_STACK_SIZE as u64),
             ("MAX_PROCESSES", crate::MAX_PROCESSES as u64),
             (
@@ -719,6 +773,10 @@ mod tests {
             ("PY_NO_THREAD", u64::from(python::PY_NO_THREAD)),
             ("PY_FAULT", u64::from(python::PY_FAULT)),
             ("PY_TRUNCATED", u64::from(python::PY_TRUNCATED)),
+            ("COUNT_TICKS", u64::from(COUNT_TICKS)),
+            ("COUNT_LOST", u64::from(COUNT_LOST)),
+            ("COUNT_SWITCHES", u64::from(COUNT_SWITCHES)),
+            ("COUNT_OFF_CPU", u64::from(COUNT_OFF_CPU)),
         ];
         for (name, rust) in shared {
             assert_eq!(

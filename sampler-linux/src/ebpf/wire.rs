@@ -15,7 +15,7 @@ use otel_ctx_reader::thread::tls::{Resolution, SampleError, SlotContents, SlotLo
 use otel_ctx_reader::UserRegisters;
 
 /// Number of `u64` words of `struct ctx_config`.
-pub(crate) const CONFIG_WORDS: usize = 3;
+pub(crate) const CONFIG_WORDS: usize = 5;
 
 /// Number of `u64` words of `struct ctx_target`.
 pub(crate) const TARGET_WORDS: usize = 8;
@@ -40,6 +40,16 @@ pub(crate) struct Capture {
     pub kernel_stack: bool,
     /// Bytes waiting in the ring before the program wakes user space.
     pub wakeup_bytes: u64,
+    /// Off-CPU samples of the waits at least this long, in nanoseconds; 0: none.
+    pub off_cpu_threshold_ns: u64,
+    /// One switch away from a CPU in how many is followed (at least 1).
+    pub off_cpu_one_in: u32,
+}
+
+/// `off_cpu_chance`: a switch is followed when a random `u32` is below it; `1 << 32`
+/// follows every one.
+fn off_cpu_chance(one_in: u32) -> u64 {
+    (1u64 << 32) / u64::from(one_in.max(1))
 }
 
 /// The largest attrs-data a sample carries (`MAX_ATTRS`): records of up to 640 bytes.
@@ -68,6 +78,8 @@ pub(crate) fn config_words(capture: Capture) -> [u64; CONFIG_WORDS] {
         capture.stack_size.min(EBPF_MAX_STACK) as u64,
         u64::from(capture.kernel_stack),
         capture.wakeup_bytes,
+        capture.off_cpu_threshold_ns,
+        off_cpu_chance(capture.off_cpu_one_in),
     ]
 }
 
@@ -134,7 +146,8 @@ const KSTACK: usize = KSTACK_LEN + 4;
 const PY_STATE: usize = KSTACK + 8 * EBPF_MAX_KERNEL_FRAMES;
 const PY_COUNT: usize = PY_STATE + 4;
 const PY_FAULT: usize = PY_COUNT + 4;
-const PY: usize = PY_FAULT + 8;
+const OFF_CPU: usize = PY_FAULT + 8;
+const PY: usize = OFF_CPU + 8;
 /// Bytes of one `struct py_frame`.
 pub(crate) const PY_FRAME_SIZE: usize = 32;
 /// The most Python frames (and shims) a sample carries (`MAX_PY_FRAMES`): fewer than the
@@ -150,8 +163,8 @@ pub(crate) const SAMPLE_SIZE: usize = STACK;
 const _: () = assert!(PID == 4 && STATE == 8 && FAULT_WHAT == 12 && GENERATION == 16);
 const _: () = assert!(FAULT_ADDR == 48 && ATTRS_LEN == 56 && HEADER == 58 && ATTRS == 86);
 const _: () = assert!(REGS == 704 && STACK_LEN == 736 && KSTACK_LEN == 740);
-const _: () = assert!(KSTACK == 744 && PY_STATE == 1000 && PY == 1016);
-const _: () = assert!(STACK == 1016 + 32 * 64);
+const _: () = assert!(KSTACK == 744 && PY_STATE == 1000 && OFF_CPU == 1016 && PY == 1024);
+const _: () = assert!(STACK == 1024 + 32 * 64);
 
 const STATE_NO_TLS_BLOCK: u32 = 0;
 const STATE_NULL: u32 = 1;
@@ -203,6 +216,9 @@ pub(crate) struct Decoded {
     pub kernel_frames: std::ops::Range<usize>,
     /// What the Python walk found (`PY_*`), where it faulted, and its frames' range.
     pub python: (u32, u64, std::ops::Range<usize>),
+    /// An off-CPU sample: how long the thread was away from a CPU, in nanoseconds; 0
+    /// for a tick's sample.
+    pub off_cpu_ns: u64,
 }
 
 /// The `n`-th native-endian word of `bytes`.
@@ -315,6 +331,7 @@ pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
             u64_at(entry, PY_FAULT),
             PY..PY + PY_FRAME_SIZE * py_count,
         ),
+        off_cpu_ns: u64_at(entry, OFF_CPU),
     })
 }
 
@@ -343,12 +360,21 @@ mod tests {
             stack_size: 1 << 20,
             kernel_stack: true,
             wakeup_bytes: 4096,
+            off_cpu_threshold_ns: 0,
+            off_cpu_one_in: 1,
         };
         assert_eq!(
             config_words(capture),
-            [65536, 1, 4096],
+            [65536, 1, 4096, 0, 1 << 32],
             "the stack is cut to what the program has room for"
         );
+        // Off-CPU samples of waits of 200 us or more, one switch in 4 followed.
+        let off_cpu = Capture {
+            off_cpu_threshold_ns: 200_000,
+            off_cpu_one_in: 4,
+            ..capture
+        };
+        assert_eq!(config_words(off_cpu)[3..], [200_000, 1 << 30]);
         assert_eq!(
             target_words(Some(&r), 3, 640),
             [1, (-72i64) as u64, 0, 0, 0, 0, 3, 612]
@@ -417,6 +443,10 @@ mod tests {
         // Truncated entries are refused.
         assert!(decode(&e[..SAMPLE_SIZE - 1], 640).is_none());
         assert_eq!(d.registers, UserRegisters::default());
+        assert_eq!(d.off_cpu_ns, 0, "a tick's sample");
+        let mut away = e.clone();
+        away[OFF_CPU..OFF_CPU + 8].copy_from_slice(&1_500_000u64.to_ne_bytes());
+        assert_eq!(decode(&away, 640).expect("off-CPU").off_cpu_ns, 1_500_000);
         assert!(d.stack.is_empty() && d.kernel_frames.is_empty());
 
         // Registers, stack bytes and kernel frames, as many as the entry says it has.

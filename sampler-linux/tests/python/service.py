@@ -8,6 +8,11 @@ Usage:
   service.py ddtrace                            publishes through ddtrace's spans
   service.py none                               publishes nothing
 
+With SERVICE_WAITERS=1, two more threads wait, each in a request of its own: one naps in
+time.sleep (py_nap, route /nap), one waits for a threading.Lock that a thread without a
+request holds 9 ms of every 10 (py_wait_lock, route /wait-lock): what an off-CPU profile
+shows under their Python functions.
+
 Prints "ready <pid> <tid> <tid> <tid> <trace> <trace> <trace>" (the workers' native
 thread ids and their requests' trace ids, 32 hex digits) once every worker is in its
 request; answers each line of standard input with the rounds of py_mid_hot the workers
@@ -19,6 +24,7 @@ import ctypes
 import os
 import sys
 import threading
+import time
 
 ROUTES = ["/checkout", "/search", "/cart"]
 # Three workers; SERVICE_WORKERS=1 keeps one (a CPU-bound target without contention for
@@ -28,6 +34,9 @@ WORKERS = int(os.environ.get("SERVICE_WORKERS", "3"))
 # share of the workers' samples is about 1 - MID_SHARE.
 ROUND = 3000
 MID_SHARE = 0.25
+WAITERS = os.environ.get("SERVICE_WAITERS") == "1"
+WAIT_ROUTES = ["/nap", "/wait-lock"]
+LOCK = threading.Lock()
 
 
 def py_leaf_hot(n):
@@ -48,6 +57,30 @@ def serve(i):
     while True:
         py_mid_hot(ROUND)
         ROUNDS[i] += 1
+
+
+def py_nap():
+    time.sleep(0.002)
+
+
+def py_wait_lock():
+    with LOCK:
+        pass
+
+
+def hold_lock():
+    while True:
+        with LOCK:
+            time.sleep(0.009)
+        time.sleep(0.001)
+
+
+def wait(i):
+    PUBLISHER.begin(WORKERS + i, WAIT_ROUTES[i])
+    READY.wait()
+    step = [py_nap, py_wait_lock][i]
+    while True:
+        step()
 
 
 class Ffi:
@@ -128,7 +161,7 @@ class Ddtrace:
 
 
 PUBLISHER = None
-READY = threading.Barrier(WORKERS + 1)
+READY = threading.Barrier(WORKERS + 1 + (len(WAIT_ROUTES) if WAITERS else 0))
 TIDS = [0] * WORKERS
 TRACES = [""] * WORKERS
 ROUNDS = [0] * WORKERS
@@ -148,6 +181,10 @@ def main():
     ]()
     for i in range(WORKERS):
         threading.Thread(target=work, args=(i,), name=f"worker-{i}", daemon=True).start()
+    if WAITERS:
+        threading.Thread(target=hold_lock, name="holder", daemon=True).start()
+        for i in range(len(WAIT_ROUTES)):
+            threading.Thread(target=wait, args=(i,), name=f"waiter-{i}", daemon=True).start()
     READY.wait()
     print("ready", os.getpid(), *TIDS, *TRACES, flush=True)
     # Each line read is answered with the rounds the workers have run (the benchmarks

@@ -162,6 +162,15 @@ fn missing(what: &Path) -> ! {
 /// Starts `service.py` under `runtime`, publishing with `publisher`, and waits for its
 /// workers.
 pub fn start(runtime: Runtime, publisher: Publisher) -> PythonTarget {
+    start_with_env(runtime, publisher, &[])
+}
+
+/// [`start`], with `env` added to the service's environment (`SERVICE_WAITERS=1`).
+pub fn start_with_env(
+    runtime: Runtime,
+    publisher: Publisher,
+    env: &[(&str, &str)],
+) -> PythonTarget {
     let script = workspace().join("sampler-linux/tests/python/service.py");
     let mut command = match runtime.root() {
         None if runtime == Runtime::Embedded311 => {
@@ -227,6 +236,7 @@ pub fn start(runtime: Runtime, publisher: Publisher) -> PythonTarget {
     }
     let label = format!("{runtime:?} with {publisher:?}");
     let mut child = command
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
