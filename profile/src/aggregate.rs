@@ -88,17 +88,19 @@ pub(crate) struct StackFrame {
 /// The mapping of a frame that was in no known module.
 pub(crate) const NO_MAPPING: u32 = u32::MAX;
 
-/// Samples and nanoseconds.
+/// Samples, and their nanoseconds on and off a CPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Counts {
     pub samples: u64,
     pub nanos: u64,
+    pub off_cpu_nanos: u64,
 }
 
 impl Counts {
-    fn add(&mut self, nanos: u64) {
+    fn add(&mut self, nanos: u64, off_cpu_nanos: u64) {
         self.samples += 1;
         self.nanos = self.nanos.saturating_add(nanos);
+        self.off_cpu_nanos = self.off_cpu_nanos.saturating_add(off_cpu_nanos);
     }
 }
 
@@ -215,26 +217,26 @@ impl Aggregate {
     }
 
     /// Counts a sample of `stack` with the label set built since
-    /// [`begin_labels`](Self::begin_labels).
-    pub fn add(&mut self, stack: &[StackFrame], nanos: u64) {
+    /// [`begin_labels`](Self::begin_labels), of `nanos` on a CPU and `off_cpu` off it.
+    pub fn add(&mut self, stack: &[StackFrame], nanos: u64, off_cpu: u64) {
         let Some(stack) = self.stacks.get_or_insert(stack, self.limits.max_stacks) else {
-            self.overflow.add(nanos);
+            self.overflow.add(nanos, off_cpu);
             return;
         };
         let Some(labels) = self
             .label_sets
             .get_or_insert(&self.scratch, self.limits.max_label_sets)
         else {
-            self.overflow.add(nanos);
+            self.overflow.add(nanos, off_cpu);
             return;
         };
         let full = self.entries.len() >= self.limits.max_entries;
         match self.entries.get_mut(&(stack, labels)) {
-            Some(counts) => counts.add(nanos),
-            None if full => self.overflow.add(nanos),
+            Some(counts) => counts.add(nanos, off_cpu),
+            None if full => self.overflow.add(nanos, off_cpu),
             None => {
                 let mut counts = Counts::default();
-                counts.add(nanos);
+                counts.add(nanos, off_cpu);
                 self.entries.insert((stack, labels), counts);
             }
         }
@@ -290,10 +292,10 @@ mod tests {
         for route in ["/a", "/a", "/b"] {
             a.begin_labels(true);
             a.label("http.route", route);
-            a.add(&[frame(1), frame(2)], 10);
+            a.add(&[frame(1), frame(2)], 10, 0);
         }
         a.begin_labels(false);
-        a.add(&[frame(1), frame(2)], 10);
+        a.add(&[frame(1), frame(2)], 10, 0);
         assert_eq!(a.stack_count(), 1);
         let entries = a.entries();
         assert_eq!(entries.len(), 3);
@@ -316,7 +318,7 @@ mod tests {
         for i in 0..10 {
             a.begin_labels(true);
             a.label("k", &format!("v{i}"));
-            a.add(&[frame(i % 4)], 5);
+            a.add(&[frame(i % 4)], 5, 0);
         }
         assert_eq!(a.stack_count(), 2);
         assert!(a.entry_count() <= 3);
@@ -333,7 +335,7 @@ mod tests {
         for i in 0..5 {
             a.begin_labels(true);
             a.label("k", &format!("v{i}"));
-            a.add(&[frame(0)], 1);
+            a.add(&[frame(0)], 1, 0);
         }
         let sets: std::collections::HashSet<u32> =
             a.entries().iter().map(|((_, l), _)| *l).collect();

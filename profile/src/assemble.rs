@@ -69,6 +69,7 @@ impl Profiler {
                 labels,
                 samples: counts.samples,
                 nanos: counts.nanos,
+                off_cpu_nanos: counts.off_cpu_nanos,
             });
         }
         if self.aggregate.overflow.samples > 0 {
@@ -81,6 +82,7 @@ impl Profiler {
                 labels: label_sets.len() - 1,
                 samples: self.aggregate.overflow.samples,
                 nanos: self.aggregate.overflow.nanos,
+                off_cpu_nanos: self.aggregate.overflow.off_cpu_nanos,
             });
         }
         let mut stats = self.stats();
@@ -106,6 +108,7 @@ impl Profiler {
             resource: self.resource.clone(),
             resource_attributes: self.resource_attributes.clone(),
             period_ns: self.options.period_ns,
+            off_cpu: self.options.off_cpu,
             start: self.started,
             duration: self.started_at.elapsed(),
             mappings,

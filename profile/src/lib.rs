@@ -103,7 +103,7 @@ mod unwind;
 
 pub use aggregate::Limits;
 pub use arch::Arch;
-pub use folded::FoldedOptions;
+pub use folded::{FoldedOptions, Show};
 pub use format::Format;
 pub use module::{CacheLimits, CacheStats, ModuleCache, ModuleKey};
 pub use output::{OutputError, Outputs};

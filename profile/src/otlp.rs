@@ -8,7 +8,9 @@
 //! Each process is one `ResourceProfiles`: its resource is the process context's, with
 //! every attribute's type (and `process.pid` when the resource has none), one
 //! `ScopeProfiles` names the tool, and one `Profile` holds the samples: `samples`/`count`
-//! per stack and label set, `period_type` `cpu`/`nanoseconds`. A sample's thread
+//! per stack and label set, `period_type` `cpu`/`nanoseconds` (a profile of off-CPU time
+//! too has two, one sample type each: `cpu`/`nanoseconds`, then
+//! `off_cpu`/`nanoseconds`, the stacks and label sets with none left out). A sample's thread
 //! context becomes its attributes (the record's attributes by name, `thread.id` as an
 //! int, `thread.name`) and a link to its trace and span. Strings, functions, mappings,
 //! locations, stacks, attributes and links are in the request's one dictionary, shared
@@ -114,7 +116,15 @@ pub fn export_request(profiles: &[Profile], scope: &OtlpScope) -> ExportRequest 
                     version: scope.version.clone(),
                     ..Default::default()
                 }),
-                profiles: vec![dictionary.profile(profile)],
+                profiles: if profile.off_cpu {
+                    // One sample type per `Profile`: CPU time, then off-CPU time.
+                    vec![
+                        dictionary.profile(profile, Values::Cpu),
+                        dictionary.profile(profile, Values::OffCpu),
+                    ]
+                } else {
+                    vec![dictionary.profile(profile, Values::Samples)]
+                },
                 schema_url: String::new(),
             }],
             schema_url: String::new(),
@@ -447,8 +457,12 @@ impl Dictionary {
         indices
     }
 
-    fn profile(&mut self, profile: &Profile) -> otlp::Profile {
-        let sample_type = self.value_type("samples", "count");
+    fn profile(&mut self, profile: &Profile, values: Values) -> otlp::Profile {
+        let sample_type = match values {
+            Values::Samples => self.value_type("samples", "count"),
+            Values::Cpu => self.value_type("cpu", "nanoseconds"),
+            Values::OffCpu => self.value_type("off_cpu", "nanoseconds"),
+        };
         let period_type = self.value_type("cpu", "nanoseconds");
         let mappings: Vec<i32> = profile.mappings.iter().map(|m| self.mapping(m)).collect();
         let locations: Vec<i32> = profile
@@ -460,6 +474,14 @@ impl Dictionary {
         let mut labels: Vec<Option<(Vec<i32>, i32)>> = vec![None; profile.label_sets.len()];
         let mut samples = Vec::with_capacity(profile.entries.len());
         for entry in &profile.entries {
+            let value = match values {
+                Values::Samples => entry.samples,
+                Values::Cpu => entry.nanos,
+                Values::OffCpu => entry.off_cpu_nanos,
+            };
+            if value == 0 && values != Values::Samples {
+                continue;
+            }
             let stack_index = match entry.stack {
                 Some(at) if at < stacks.len() => match stacks[at] {
                     Some(index) => index,
@@ -494,7 +516,7 @@ impl Dictionary {
                 stack_index,
                 attribute_indices,
                 link_index,
-                values: vec![i64::try_from(entry.samples).unwrap_or(i64::MAX)],
+                values: vec![i64::try_from(value).unwrap_or(i64::MAX)],
                 timestamps_unix_nano: Vec::new(),
             });
         }
@@ -517,6 +539,17 @@ impl Dictionary {
             attribute_indices: Vec::new(),
         }
     }
+}
+
+/// What a `Profile`'s values count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Values {
+    /// Samples (`samples`/`count`): a CPU profile.
+    Samples,
+    /// Time on a CPU (`cpu`/`nanoseconds`), in a profile of off-CPU time too.
+    Cpu,
+    /// Time off a CPU (`off_cpu`/`nanoseconds`).
+    OffCpu,
 }
 
 /// A random 16-byte profile id, never all zeros (which the format calls invalid).

@@ -331,6 +331,7 @@ fn odd_profiles_stay_well_formed() {
         labels: 99,
         samples: u64::MAX,
         nanos: 1,
+        off_cpu_nanos: 0,
     });
     let mut empty = example();
     empty.entries.clear();
@@ -418,4 +419,36 @@ fn python_frames_carry_their_file_start_line_and_kind() {
     p.write_svg(&crate::FoldedOptions::default(), &mut svg)
         .expect("an SVG");
     assert!(String::from_utf8_lossy(&svg).contains("py_leaf_hot"));
+}
+
+/// A profile of off-CPU time too: two `Profile`s per process, CPU time then off-CPU
+/// time, each with the entries that have some of it, in nanoseconds.
+#[test]
+fn off_cpu_time_is_a_profile_of_its_own() {
+    let mut p = example();
+    p.off_cpu = true;
+    // Entry 1 waited only; entry 2 ran only.
+    p.entries[0].off_cpu_nanos = 5_000;
+    p.entries[1].nanos = 0;
+    p.entries[1].off_cpu_nanos = 7_000;
+    let request = round_trip(&[p]);
+    let d = check_dictionary(&request);
+    let profiles = &request.resource_profiles[0].scope_profiles[0].profiles;
+    assert_eq!(profiles.len(), 2);
+    let s = |i: i32| d.string_table[i as usize].as_str();
+    let kind = |v: &Option<otlp::ValueType>| {
+        let v = v.as_ref().unwrap();
+        (s(v.type_strindex), s(v.unit_strindex))
+    };
+    assert_eq!(kind(&profiles[0].sample_type), ("cpu", "nanoseconds"));
+    assert_eq!(kind(&profiles[1].sample_type), ("off_cpu", "nanoseconds"));
+    let values = |p: &otlp::Profile| p.samples.iter().map(|s| s.values[0]).collect::<Vec<_>>();
+    assert_eq!(values(&profiles[0]), [30_000_000, 10_000_000, 40_000_000]);
+    assert_eq!(values(&profiles[1]), [5_000, 7_000]);
+    // The same stack and labels in both: one dictionary entry each.
+    assert_eq!(
+        profiles[0].samples[0].stack_index,
+        profiles[1].samples[0].stack_index
+    );
+    assert_ne!(profiles[0].profile_id, profiles[1].profile_id);
 }

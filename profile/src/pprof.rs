@@ -1,5 +1,6 @@
 //! pprof: the gzipped `profile.proto` that `go tool pprof` reads. Sample types
-//! `samples/count` and `cpu/nanoseconds`; the labels of each sample as string labels,
+//! `samples/count` and `cpu/nanoseconds`, and `off_cpu/nanoseconds` in a profile of
+//! off-CPU time too (`go tool pprof -sample_index=off_cpu`); the labels of each sample as string labels,
 //! with the process's resource attributes on every sample and in the comments.
 
 use std::borrow::Cow;
@@ -176,10 +177,13 @@ impl Profile {
             r#type: strings.id(kind),
             unit: strings.id(unit),
         };
-        let sample_type = vec![
+        let mut sample_type = vec![
             value_type("samples", "count"),
             value_type("cpu", "nanoseconds"),
         ];
+        if self.off_cpu {
+            sample_type.push(value_type("off_cpu", "nanoseconds"));
+        }
         let period_type = value_type("cpu", "nanoseconds");
 
         // Which mappings have frames with a file and line (and inlined frames).
@@ -314,7 +318,15 @@ impl Profile {
                 }
                 proto::Sample {
                     location_id,
-                    value: vec![signed(entry.samples), signed(entry.nanos)],
+                    value: if self.off_cpu {
+                        vec![
+                            signed(entry.samples),
+                            signed(entry.nanos),
+                            signed(entry.off_cpu_nanos),
+                        ]
+                    } else {
+                        vec![signed(entry.samples), signed(entry.nanos)]
+                    },
                     label: labels,
                 }
             })
@@ -329,6 +341,9 @@ impl Profile {
             .start
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| signed(d.as_nanos().try_into().unwrap_or(u64::MAX)));
+        // pprof shows the last sample type unless told: CPU time stays the first view
+        // when off-CPU time follows it.
+        let default_sample_type = if self.off_cpu { strings.id("cpu") } else { 0 };
         proto::Profile {
             sample_type,
             sample,
@@ -343,7 +358,7 @@ impl Profile {
             period_type: Some(period_type),
             period: signed(self.period_ns),
             comment,
-            default_sample_type: 0,
+            default_sample_type,
         }
     }
 
@@ -437,6 +452,32 @@ mod tests {
         ] {
             assert_eq!(readable(full), shown, "{full}");
         }
+    }
+
+    #[test]
+    fn off_cpu_time_is_a_third_value() {
+        let mut profile = example();
+        profile.off_cpu = true;
+        profile.entries[0].off_cpu_nanos = 5_000;
+        let p = profile.to_proto();
+        let s = |id: i64| p.string_table[id as usize].as_str();
+        let types: Vec<(&str, &str)> = p
+            .sample_type
+            .iter()
+            .map(|t| (s(t.r#type), s(t.unit)))
+            .collect();
+        let cpu = ("cpu", "nanoseconds");
+        assert_eq!(
+            types,
+            [("samples", "count"), cpu, ("off_cpu", "nanoseconds")]
+        );
+        assert_eq!(p.sample[0].value, [3, 30_000_000, 5_000]);
+        assert!(p.sample.iter().all(|s| s.value.len() == 3));
+        // CPU time stays pprof's first view.
+        assert_eq!(s(p.default_sample_type), "cpu");
+        // A CPU profile has two values, and pprof's own default.
+        let p = example().to_proto();
+        assert_eq!((p.sample_type.len(), p.default_sample_type), (2, 0));
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct Profile {
     pub resource_attributes: Vec<OwnedKeyValue>,
     /// The sampling period in nanoseconds.
     pub period_ns: u64,
+    /// Whether its samples measured off-CPU time too
+    /// ([`ProfileOptions::off_cpu`](crate::ProfileOptions::off_cpu)).
+    pub off_cpu: bool,
     /// When the profile started.
     pub start: SystemTime,
     /// How long it covers.
@@ -201,8 +204,11 @@ pub struct Entry {
     pub labels: usize,
     /// Samples.
     pub samples: u64,
-    /// Their weight in nanoseconds.
+    /// Their time on a CPU in nanoseconds.
     pub nanos: u64,
+    /// Their time off a CPU in nanoseconds (with
+    /// [`Profile::off_cpu`]; 0 otherwise).
+    pub off_cpu_nanos: u64,
 }
 
 /// A module left out, and why.
@@ -334,6 +340,7 @@ pub(crate) fn example() -> Profile {
             },
         ],
         period_ns: 10_000_000,
+        off_cpu: false,
         start: std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
         duration: Duration::from_millis(2500),
         mappings: vec![Mapping {
@@ -401,24 +408,28 @@ pub(crate) fn example() -> Profile {
                 labels: 0,
                 samples: 3,
                 nanos: 30_000_000,
+                off_cpu_nanos: 0,
             },
             Entry {
                 stack: Some(1),
                 labels: 1,
                 samples: 2,
                 nanos: 20_000_000,
+                off_cpu_nanos: 0,
             },
             Entry {
                 stack: Some(0),
                 labels: 2,
                 samples: 1,
                 nanos: 10_000_000,
+                off_cpu_nanos: 0,
             },
             Entry {
                 stack: None,
                 labels: 1,
                 samples: 4,
                 nanos: 40_000_000,
+                off_cpu_nanos: 0,
             },
         ],
         stats: Stats::default(),

@@ -346,11 +346,8 @@ impl Profiler {
             None => {}
         }
         self.label(sample);
-        let weight = match sample.weight_ns {
-            0 => self.options.period_ns,
-            w => w,
-        };
-        self.aggregate.add(&stack, weight);
+        let weight = sample.cpu_ns(self.options.period_ns);
+        self.aggregate.add(&stack, weight, sample.off_cpu_ns);
         let frames = stack.len();
         self.stack = stack;
         SampleOutcome {

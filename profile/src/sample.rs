@@ -115,6 +115,11 @@ pub struct ProfileOptions {
     /// The sampling period in nanoseconds, for samples that give no weight and for
     /// pprof's period. Default [`DEFAULT_PERIOD_NS`].
     pub period_ns: u64,
+    /// The samples measure off-CPU time too
+    /// ([`Sample::off_cpu_ns`](otel_ctx_sampler::Sample::off_cpu_ns)), and the profile
+    /// shows it: pprof's third value `off_cpu`/`nanoseconds`, and a flame graph of it
+    /// ([`FoldedOptions::show`](crate::FoldedOptions::show)). Default `false`.
+    pub off_cpu: bool,
     /// Bounds of the aggregate.
     pub limits: Limits,
     /// Which samples are kept.
@@ -133,6 +138,7 @@ impl Default for ProfileOptions {
             interpreter_frames: false,
             module_budget: FileBudget::default(),
             period_ns: DEFAULT_PERIOD_NS,
+            off_cpu: false,
             limits: Limits::default(),
             filter: Filter::default(),
         }
@@ -165,6 +171,13 @@ impl ProfileOptions {
     #[must_use]
     pub fn with_debug_info(mut self, read: bool) -> Self {
         self.debug_info = read;
+        self
+    }
+
+    /// Sets [`off_cpu`](Self::off_cpu).
+    #[must_use]
+    pub fn with_off_cpu(mut self, off_cpu: bool) -> Self {
+        self.off_cpu = off_cpu;
         self
     }
 

@@ -77,7 +77,10 @@ impl SessionOptions {
     /// The profile options, with the sampler's period.
     pub(crate) fn profile_options(&self) -> ProfileOptions {
         let hz = u64::from(self.sampler.frequency_hz.max(1));
-        self.profile.clone().with_period_ns(1_000_000_000 / hz)
+        self.profile
+            .clone()
+            .with_period_ns(1_000_000_000 / hz)
+            .with_off_cpu(self.sampler.off_cpu.is_some())
     }
 }
 

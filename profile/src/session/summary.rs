@@ -15,6 +15,8 @@ use crate::{Profile, Stats};
 
 /// How many followed processes [`FleetSummary`] lists, one line each.
 const LISTED_MEMBERS: usize = 20;
+/// How many groups of samples the off-CPU lines list, one line each.
+const LISTED_GROUPS: usize = 20;
 
 /// `n` and the noun that goes with it: `1 process`, `2 processes`.
 fn count(n: u64, one: &str, many: &str) -> String {
@@ -31,6 +33,17 @@ fn seconds(d: Duration) -> String {
 pub struct ProcessSummary<'a> {
     session: &'a ProcessProfiler,
     profile: &'a Profile,
+    by: &'a str,
+}
+
+impl<'a> ProcessSummary<'a> {
+    /// The label whose values the off-CPU lines group the time by (a profile of
+    /// off-CPU time only). Default `http.route`.
+    #[must_use]
+    pub const fn by(mut self, by: &'a str) -> Self {
+        self.by = by;
+        self
+    }
 }
 
 impl ProcessProfiler {
@@ -39,11 +52,13 @@ impl ProcessProfiler {
     /// walks stopped short, by cause), a line of frames (those left `[unknown]`, by
     /// cause), the perf map read, each symbol source that failed, the Python frames
     /// (the interpreter, the samples with Python frames, the failures by reason), and
-    /// the modules left out. Each line ends with a newline.
+    /// the modules left out; in a profile of off-CPU time, the time on and off a CPU
+    /// of each route ([`ProcessSummary::by`]). Each line ends with a newline.
     pub const fn summary<'a>(&'a self, profile: &'a Profile) -> ProcessSummary<'a> {
         ProcessSummary {
             session: self,
             profile,
+            by: "http.route",
         }
     }
 }
@@ -90,6 +105,9 @@ impl Display for ProcessSummary<'_> {
                 seconds(session.elapsed()),
             )?;
         }
+        if self.profile.off_cpu {
+            time_by(f, self.profile, self.by, &sampled)?;
+        }
         symbols(f, self.profile)?;
         match session.java_perf_map() {
             Some(Ok(java)) => {
@@ -131,6 +149,40 @@ fn stacks_only(pid: u32, why: &ThreadError) -> String {
             "process {pid}: no thread contexts read ({why}): samples are labeled by thread alone"
         ),
     }
+}
+
+/// The time on and off a CPU of each group of samples by label `by`, a line each (the
+/// first [`LISTED_GROUPS`]).
+fn time_by(
+    f: &mut Formatter<'_>,
+    profile: &Profile,
+    by: &str,
+    sampled: &otel_ctx_sampler::SamplerStats,
+) -> fmt::Result {
+    if sampled.waits > 0 {
+        writeln!(
+            f,
+            "off-CPU: {} system calls left a CPU, {} of them away long enough to be sampled",
+            sampled.waits, sampled.off_cpu_samples
+        )?;
+    }
+    let groups = profile.time_by(by);
+    writeln!(f, "time by {by}, on a CPU and off it:")?;
+    let secs = |ns: u64| seconds(Duration::from_nanos(ns));
+    for (group, on, off) in groups.iter().take(LISTED_GROUPS) {
+        let wall = on.saturating_add(*off).max(1);
+        writeln!(
+            f,
+            "  {group}: {} on a CPU, {} off ({:.0}% off)",
+            secs(*on),
+            secs(*off),
+            *off as f64 * 100.0 / wall as f64,
+        )?;
+    }
+    if groups.len() > LISTED_GROUPS {
+        writeln!(f, "  ... and {} more", groups.len() - LISTED_GROUPS)?;
+    }
+    Ok(())
 }
 
 /// The profile's frames: distinct ones, those left `[unknown]` by cause, the perf map

@@ -79,9 +79,15 @@ pub fn gcc(args: &[&str]) {
 
 /// Builds `routes.c` with `flags` (such as `-fomit-frame-pointer`) as `name`.
 pub fn build_routes(name: &str, flags: &[&str]) -> PathBuf {
+    build_publisher("routes.c", name, flags)
+}
+
+/// Builds fixture `source`, a C program that publishes through the C API, with `flags`
+/// as `name`.
+pub fn build_publisher(source: &str, name: &str, flags: &[&str]) -> PathBuf {
     let out = out_path(name);
     let lib = ffi_library();
-    let src = fixtures().join("routes.c");
+    let src = fixtures().join(source);
     let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ffi/include");
     let rpath = format!(
         "-Wl,-rpath,{}",
