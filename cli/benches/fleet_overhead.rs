@@ -158,12 +158,6 @@ fn without_tool(targets: &mut [Target], secs: u64) -> f64 {
     (n1 - n0) as f64 / (t1 - t0).as_secs_f64()
 }
 
-fn quartiles(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    (at(0.25), at(0.5), at(0.75))
-}
-
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -179,15 +173,7 @@ fn main() {
     let secs = env_u64("OTEL_CTX_BENCH_WINDOW_S", 10);
     let rounds = env_u64("OTEL_CTX_BENCH_ROUNDS", 6);
     let exe = support::busy_routes(&scratch());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, m)| m.trim().to_owned())
-        })
-        .unwrap_or_default();
+    let cpu = support::cpu_name();
     println!(
         "fleet_overhead: {cpu}, {} CPUs, {rounds} rounds of {secs} s at 99 Hz",
         std::thread::available_parallelism().map_or(0, usize::from)
@@ -228,14 +214,14 @@ fn main() {
             lost += m.lost;
             before = after;
         }
-        let (q1, median, q3) = quartiles(slowdowns);
+        let (q1, median, q3) = support::quartiles(slowdowns);
         println!(
             "| {count} | {median:+.2}% ({q1:+.2} to {q3:+.2}) | {:.2}% | {:.1} MiB | {:.0} | {lost} | {:.0} | {:.2} s |",
-            quartiles(cpu).1,
+            support::quartiles(cpu).1,
             rss as f64 / 1024.0,
-            quartiles(rates).1,
-            quartiles(per_sample).1,
-            quartiles(whole).1,
+            support::quartiles(rates).1,
+            support::quartiles(per_sample).1,
+            support::quartiles(whole).1,
         );
     }
 }

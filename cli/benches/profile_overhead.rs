@@ -238,12 +238,6 @@ fn size(n: u64) -> String {
     }
 }
 
-fn quartiles(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    (at(0.25), at(0.5), at(0.75))
-}
-
 /// The top leaves of `perf report`, by share of samples.
 fn perf_leaves(data: &Path) -> Vec<(String, f64)> {
     let out = Command::new("perf")
@@ -309,14 +303,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_default();
+    let cpu = support::cpu_name();
     println!(
         "profile_overhead: {cpu}, {} CPUs, {rounds} rounds of {secs} s windows at {HZ} Hz",
         std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -354,12 +341,12 @@ fn main() {
     println!("\n| sampler, {HZ} Hz | target slowdown, median (quartiles) | sampler CPU while measured, % of one CPU | sampler peak memory | output of one window |");
     println!("|---|---:|---:|---:|---:|");
     for sampler in Sampler::ALL {
-        let (q1, med, q3) = quartiles(slowdowns[&sampler].clone());
+        let (q1, med, q3) = support::quartiles(slowdowns[&sampler].clone());
         let cpu: Vec<f64> = usage[&sampler]
             .iter()
             .map(|u| 100.0 * u.cpu_s / secs as f64)
             .collect();
-        let (_, cpu_med, _) = quartiles(cpu);
+        let (_, cpu_med, _) = support::quartiles(cpu);
         let rss = usage[&sampler]
             .iter()
             .map(|u| u.max_rss_kib)

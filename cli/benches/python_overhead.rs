@@ -205,12 +205,6 @@ fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
-fn quartiles(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    (at(0.25), at(0.5), at(0.75))
-}
-
 /// The BPF program's run time per tick on the target over `secs`, with or without the
 /// Python walk: (ticks on the target, ns per run, ns per target tick).
 fn bpf_run_time(pid: u32, python: bool, secs: u64) -> (u64, f64, f64) {
@@ -258,14 +252,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_default();
+    let cpu = support::cpu_name();
     println!(
         "python_overhead: {cpu}, {} CPUs, {rounds} rounds of {secs} s windows at {HZ} Hz, \
          load average {}",
@@ -340,7 +327,7 @@ fn main() {
     println!("| profiler, 99 Hz | target slowdown, median (quartiles) | CPU per thread sample, steady (in all) | thread samples in 12 s | CPU in 12 s | peak memory |");
     println!("|---|---:|---:|---:|---:|---:|");
     for profiler in Profiler::ALL {
-        let (q1, median, q3) = quartiles(slowdowns[&profiler].clone());
+        let (q1, median, q3) = support::quartiles(slowdowns[&profiler].clone());
         let (cpu_s, steady, samples, rss, _) = &per_sample[&profiler];
         let samples = (*samples).max(1) as f64;
         println!(

@@ -61,28 +61,7 @@ enum Command {
         sampler: commands::SamplerFlag,
     },
     /// Sample every thread's context and count samples per attribute value.
-    Watch {
-        /// The process id.
-        pid: u32,
-        /// Samples per second: on every CPU with eBPF, of every thread with ptrace.
-        #[arg(long, default_value_t = 99)]
-        hz: u32,
-        /// How long to sample, such as `10s`; Ctrl-C stops earlier.
-        #[arg(long, default_value = "10s", value_parser = commands::parse_duration, allow_negative_numbers = true)]
-        duration: Duration,
-        /// The attribute whose values group the samples.
-        #[arg(long, default_value = "http.route")]
-        by: String,
-        /// As for `show`: name attributes by key index (`--by '#0'`), whatever the
-        /// process context announces.
-        #[arg(long)]
-        raw_keys: bool,
-        /// Print one JSON summary at the end instead of a table.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        sampler: commands::SamplerFlag,
-    },
+    Watch(commands::watch::Request),
     /// Profile a process's CPU by trace and route: stacks unwound and symbolized, each
     /// sample labeled with its thread context; written as pprof (`.pb.gz`), folded text
     /// (`.folded`) or an SVG flame graph (`.svg`).
@@ -151,15 +130,7 @@ fn main() -> ExitCode {
             raw_keys,
             sampler,
         } => commands::show::run(pid, json, raw_keys, sampler.method()),
-        Command::Watch {
-            pid,
-            hz,
-            duration,
-            by,
-            raw_keys,
-            json,
-            sampler,
-        } => commands::watch::run(pid, hz, duration, &by, raw_keys, json, sampler.method()),
+        Command::Watch(request) => commands::watch::run(&request),
         Command::Profile(request) => commands::profile::run(&request),
         #[cfg(feature = "demo")]
         Command::Demo {

@@ -1064,3 +1064,83 @@ fn the_readmes_collector_configuration_is_valid() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--off-cpu` over OTLP: each process has two profiles, one sample type each (CPU time,
+/// then off-CPU time), the waits under their routes and their functions.
+#[test]
+fn off_cpu_time_is_a_second_profile() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("off-cpu");
+    let exe = fixture::build_publisher("off_cpu.c", "fleet-off-cpu", &["-fno-omit-frame-pointer"]);
+    let fixture = Fixture::start(&exe, &[]);
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("--otlp=http://{}", listener.local_addr().unwrap());
+    let inbox = Arc::new(Mutex::new(Inbox::default()));
+    serve(listener, inbox.clone());
+    let pid = fixture.pid.to_string();
+    let args = [
+        "profile",
+        &pid,
+        "--off-cpu",
+        &url,
+        "--export-interval",
+        "1s",
+        "--duration",
+        "4s",
+    ];
+    let run = support::run(&args);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let inbox = inbox.lock().unwrap();
+    assert!(inbox.bad.is_empty(), "{:?}", inbox.bad);
+    store(&inbox, &dir);
+    let profiles = decode(&dir);
+    let mine = of_pid(&profiles, fixture.pid);
+    let kind = |p: &serde_json::Value| p["sample_type"][0].as_str().unwrap_or("").to_owned();
+    let kinds: BTreeSet<String> = mine.iter().map(|p| kind(p)).collect();
+    assert_eq!(
+        kinds,
+        ["cpu", "off_cpu"].map(str::to_owned).into(),
+        "{mine:?}"
+    );
+    // Each request holds both, in that order.
+    for pair in mine.chunks(2) {
+        assert_eq!(
+            (kind(pair[0]), kind(pair[1])),
+            ("cpu".into(), "off_cpu".into())
+        );
+    }
+    // Off-CPU nanoseconds per route, and the route's function in their stacks.
+    let mut off = BTreeMap::<String, (i64, i64)>::new();
+    for p in mine.iter().filter(|p| kind(p) == "off_cpu") {
+        for s in p["samples"].as_array().expect("samples") {
+            let Some(route) = s["attributes"]["http.route"].as_str() else {
+                continue;
+            };
+            let ns = s["values"][0].as_i64().expect("a value");
+            let functions = s["functions"].as_array().expect("functions");
+            let own = format!("{}_route", route.trim_start_matches('/'));
+            let entry = off.entry(route.to_owned()).or_default();
+            entry.0 += ns;
+            if functions.iter().any(|f| f.as_str() == Some(&own)) {
+                entry.1 += ns;
+            }
+        }
+    }
+    for route in ["/sleep", "/pipe", "/lock"] {
+        let (all, through) = off.get(route).copied().unwrap_or_default();
+        assert!(
+            all >= 2_000_000_000,
+            "{route}: {all} ns off a CPU in 4 s: {off:?}"
+        );
+        assert!(
+            through * 10 >= all * 8,
+            "{route}: {through} of {all} ns through its function"
+        );
+    }
+    assert!(
+        off.get("/cpu").map_or(0, |t| t.0) < 1_000_000_000,
+        "{off:?}"
+    );
+    fixture.finish();
+}

@@ -405,3 +405,60 @@ fn python_thread_names_group_the_profile() {
         }
     }
 }
+
+/// Off-CPU time of a Python service (`SERVICE_WAITERS=1`): the thread that naps in
+/// `time.sleep` and the one that waits for a `threading.Lock` show their waits under
+/// their own Python functions, in their requests' routes; the workers, which burn CPU,
+/// show little. By eBPF, whose off-CPU samples walk the Python frames as its ticks do.
+#[test]
+fn python_waits_under_their_functions() {
+    if cfg!(not(feature = "ebpf")) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = [("SERVICE_WAITERS", "1")];
+    let target = python_support::start_with_env(Runtime::Bookworm311, Publisher::Ffi, &env);
+    let dir = support::scratch("python-off-cpu");
+    let out = dir.join("off-cpu.folded");
+    let args = [
+        "--off-cpu",
+        "--show",
+        "off-cpu",
+        "--native",
+        "false",
+        "--sampler",
+        "ebpf",
+    ];
+    let summary = profile(&target, &out, &args);
+    let mut by_route: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for (frames, micros) in read_folded(&out) {
+        let own = match frames[0].as_str() {
+            "/nap" => "py_nap",
+            "/wait-lock" => "py_wait_lock",
+            _ => "serve",
+        };
+        let entry = by_route.entry(frames[0].clone()).or_default();
+        entry.0 += micros;
+        if frames.iter().any(|f| function(f) == own) {
+            entry.1 += micros;
+        }
+    }
+    for route in ["/nap", "/wait-lock"] {
+        let (all, through) = by_route.get(route).copied().unwrap_or_default();
+        // Most of 3 s away, 80% of it under the route's function.
+        assert!(all >= 1_500_000, "{route}: {all} us off a CPU\n{summary}");
+        assert!(
+            through * 10 >= all * 8,
+            "{route}: {through} of {all} us under its function: {by_route:?}"
+        );
+    }
+    // Three CPU-bound workers on fewer CPUs wait for the GIL, and those waits too are
+    // under their own functions.
+    for route in ["/checkout", "/search", "/cart"] {
+        let (all, through) = by_route.get(route).copied().unwrap_or_default();
+        assert!(
+            through * 10 >= all * 8,
+            "{route}: {through} of {all} us under serve: {by_route:?}"
+        );
+    }
+}

@@ -35,6 +35,70 @@ pub fn busy_routes(dir: &Path) -> PathBuf {
     exe
 }
 
+/// Builds `benches/fixtures/<name>.c` against the C ABI as `<dir>/<name>`, with
+/// frame pointers (so that a profile of it needs no CFI).
+pub fn c_target(dir: &Path, name: &str) -> PathBuf {
+    let lib = fixture::ffi_library();
+    let exe = dir.join(name);
+    let rpath = format!("-Wl,-rpath,{}", lib.parent().expect("dir").display());
+    let source = format!("{}/benches/fixtures/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    fixture::gcc(&[
+        "-O2",
+        "-g",
+        "-fno-omit-frame-pointer",
+        "-pthread",
+        "-I",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../ffi/include"),
+        "-o",
+        exe.to_str().expect("utf-8"),
+        &source,
+        lib.to_str().expect("utf-8"),
+        &rpath,
+    ]);
+    exe
+}
+
+/// The folder `<CARGO_TARGET_TMPDIR>/<name>`, made if missing.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// The first and third quartiles and the median of `v` (not empty), in that order.
+pub fn quartiles(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.25), at(0.5), at(0.75))
+}
+
+/// The CPU's model name (`/proc/cpuinfo`), for the line above a table.
+pub fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_default()
+}
+
+/// The window and the rounds: `OTEL_CTX_BENCH_WINDOW_S` (default 3) and
+/// `OTEL_CTX_BENCH_ROUNDS` (default 5).
+pub fn window_and_rounds() -> (u64, usize) {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    (
+        env("OTEL_CTX_BENCH_WINDOW_S", 3),
+        env("OTEL_CTX_BENCH_ROUNDS", 5) as usize,
+    )
+}
+
 /// User and system CPU seconds of process `pid` so far (all its threads).
 pub fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -113,6 +177,14 @@ impl Target {
     /// Its process id, as a command line takes it.
     pub fn pid(&self) -> String {
         self.child.id().to_string()
+    }
+
+    /// Sends `line` and returns the target's one-line answer.
+    pub fn ask(&mut self, line: &str) -> String {
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{line}").expect("ask");
+        stdin.flush().expect("flush");
+        self.lines.next().expect("an answer").expect("an answer")
     }
 
     /// Iterations so far, and when.

@@ -177,7 +177,7 @@ pub fn run(request: &Request, filter: Filter) -> Result<(), Failure> {
         }
     };
     if let Some(outputs) = files {
-        write_files(fleet.profiles(), &outputs, &request.by)?;
+        write_files(fleet.profiles(), &outputs, request)?;
     }
     eprint!("{}", summary(&fleet, stats.clone(), started));
     // What reached the collector is the exit status: all (or nothing to send) 0, none 3,
@@ -213,8 +213,14 @@ fn say_failure(exporter: &Exporter, said: bool) -> bool {
 }
 
 /// Without an OTLP destination: each process's whole profile, where `outputs` says.
-fn write_files(profiles: Vec<Profile>, outputs: &Outputs, by: &str) -> Result<(), Failure> {
-    let folded = FoldedOptions::default().with_by(Some(by.to_owned()));
+fn write_files(
+    profiles: Vec<Profile>,
+    outputs: &Outputs,
+    request: &Request,
+) -> Result<(), Failure> {
+    let folded = FoldedOptions::default()
+        .with_by(Some(request.by.clone()))
+        .with_show(request.show);
     for profile in &profiles {
         let service = profile.service_name.as_deref().unwrap_or("no service.name");
         if profile.stats.samples == 0 {

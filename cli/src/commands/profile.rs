@@ -84,11 +84,16 @@ pub fn run(request: &Request) -> Result<(), Failure> {
     }
     let fetches = session.debuginfod();
     let profile = session.profile();
-    let folded = FoldedOptions::default().with_by(Some(request.by.clone()));
+    let folded = FoldedOptions::default()
+        .with_by(Some(request.by.clone()))
+        .with_show(request.show);
     write(&profile, format, &folded, &path)?;
     // Summaries and progress go to stderr, whatever the output: stdout is the profile's
     // when it is `-`, and a script's otherwise.
-    eprint!("{}", summary(&session, &profile, fetches, &path, format));
+    eprint!(
+        "{}",
+        summary(&session, &profile, fetches, request, (&path, format))
+    );
     Ok(())
 }
 
@@ -136,10 +141,10 @@ fn summary(
     session: &ProcessProfiler,
     profile: &Profile,
     fetches: &[DebuginfodFetch],
-    path: &Path,
-    format: Format,
+    request: &Request,
+    (path, format): (&Path, Format),
 ) -> String {
-    let mut out = session.summary(profile).to_string();
+    let mut out = session.summary(profile).by(&request.by).to_string();
     out.push_str(&text::debuginfod(fetches));
     if path.as_os_str() != "-" {
         let what = format.description();

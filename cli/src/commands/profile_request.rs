@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use otel_ctx_profile::{
-    Filter, FoldedOptions, Format, Outputs, Profile, ProfileOptions, SessionOptions,
+    Filter, FoldedOptions, Format, Outputs, Profile, ProfileOptions, SessionOptions, Show,
 };
 use otel_ctx_sampler::stack::{DEFAULT_STACK_SIZE, MAX_STACK_SIZE};
-use otel_ctx_sampler::SamplerOptions;
+use otel_ctx_sampler::{OffCpu, SamplerOptions};
 
 use super::Failure;
 
@@ -124,6 +124,20 @@ pub struct Request {
     /// process, written to files.
     #[arg(long, conflicts_with_all = ["all", "otlp", "otlp_file"])]
     pub java_perf_map: bool,
+    /// Measure off-CPU time too: pprof's value `off_cpu`, --show, and the time of each
+    /// --by value (eBPF: each wait of --off-cpu-threshold or more, sampled as it ends;
+    /// ptrace: every thread sampled, each sample split by its CPU clock).
+    #[arg(long)]
+    pub off_cpu: bool,
+    /// With --off-cpu and eBPF: the shortest wait sampled.
+    #[arg(long, default_value = "200us", value_parser = super::parse_duration, requires = "off_cpu")]
+    pub off_cpu_threshold: Duration,
+    /// With --off-cpu and eBPF: follow one switch in N, each sample standing for N.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), requires = "off_cpu")]
+    pub off_cpu_one_in: u32,
+    /// What folded and SVG output show with --off-cpu: cpu, off-cpu or wall (both).
+    #[arg(long, default_value = "cpu", requires = "off_cpu")]
+    pub show: Show,
     /// How often the profiles are sent (OTLP).
     #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
     pub export_interval: Duration,
@@ -145,7 +159,11 @@ impl Request {
             .with_method(method)
             .with_frequency_hz(self.hz)
             .with_stack_size(self.stack_size)
-            .with_max_processes(self.max_processes);
+            .with_max_processes(self.max_processes)
+            .with_off_cpu(self.off_cpu.then(|| {
+                let off_cpu = OffCpu::default().with_threshold(self.off_cpu_threshold);
+                off_cpu.with_one_in(self.off_cpu_one_in)
+            }));
         let profile = ProfileOptions::default()
             .with_lines(self.lines)
             .with_native(self.native)

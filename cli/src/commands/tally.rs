@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use otel_ctx_sampler::watch::Watch;
-use otel_ctx_sampler::{Method, SamplerStats, UNREADABLE};
+use otel_ctx_sampler::{Method, OffCpu, SamplerStats, UNREADABLE};
 use serde::Serialize;
 
 use super::{sampler_failure, text, Failure};
@@ -19,16 +19,21 @@ impl Tally {
     /// Samples every thread of `pid` at `hz` (by eBPF, the running ones: `method`
     /// `None` takes eBPF where it can be used), grouped by attribute `by` (`raw_keys`:
     /// attributes named by key index, `#0`, as `show --raw-keys` does, whatever the
-    /// process context announces).
+    /// process context announces), with their time off a CPU when `off_cpu`.
     pub fn open(
         pid: u32,
         hz: u32,
-        by: &str,
-        raw_keys: bool,
+        (by, raw_keys): (&str, bool),
         method: Option<Method>,
+        off_cpu: bool,
     ) -> Result<Self, Failure> {
-        let watch = Watch::open(pid, hz, by, raw_keys, method).map_err(sampler_failure)?;
-        Ok(Self { watch })
+        let watch = match off_cpu {
+            true => Watch::open_off_cpu(pid, hz, by, raw_keys, method, OffCpu::default()),
+            false => Watch::open(pid, hz, by, raw_keys, method),
+        };
+        Ok(Self {
+            watch: watch.map_err(sampler_failure)?,
+        })
     }
 
     /// Samples for up to `wait` (one ptrace round, or the eBPF samples ready); whether
@@ -110,8 +115,28 @@ impl Tally {
         self.watch.tally().samples()
     }
 
-    /// The aligned table: value, samples, share, bar.
+    /// The aligned table: value, samples, share, bar (with off-CPU time: value,
+    /// samples, seconds on and off a CPU, the share off).
     pub fn table(&self) -> String {
+        if self.watch.off_cpu() {
+            let secs = |ns: u64| format!("{:.2}s", ns as f64 / 1e9);
+            let by = format!("  {}", self.watch.tally().by().to_uppercase());
+            let mut rows = vec![[by.as_str(), "SAMPLES", "ON CPU", "OFF CPU", "OFF"]
+                .map(String::from)
+                .to_vec()];
+            for (value, b) in self.watch.tally().buckets() {
+                let off = b.off_cpu_ns as f64 / b.cpu_ns.saturating_add(b.off_cpu_ns).max(1) as f64;
+                let (on, off_s, value) = (secs(b.cpu_ns), secs(b.off_cpu_ns), text::shorten(value));
+                rows.push(vec![
+                    format!("  {value}"),
+                    b.samples.to_string(),
+                    on,
+                    off_s,
+                    format!("{:5.1}%", off * 100.0),
+                ]);
+            }
+            return text::table(&rows);
+        }
         let samples = self.samples();
         let mut rows = vec![vec![
             format!("  {}", self.watch.tally().by().to_uppercase()),
@@ -178,9 +203,14 @@ impl Tally {
             counts: self
                 .watch
                 .tally()
-                .rows()
+                .buckets()
                 .into_iter()
-                .map(|(value, samples)| Count { value, samples })
+                .map(|(value, b)| Count {
+                    value,
+                    samples: b.samples,
+                    cpu_s: self.watch.off_cpu().then(|| b.cpu_ns as f64 / 1e9),
+                    off_cpu_s: self.watch.off_cpu().then(|| b.off_cpu_ns as f64 / 1e9),
+                })
                 .collect(),
         }
     }
@@ -245,6 +275,12 @@ pub struct Count<'a> {
     pub value: &'a str,
     /// Thread samples in this bucket.
     pub samples: u64,
+    /// With `--off-cpu`: their time on a CPU, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_s: Option<f64>,
+    /// With `--off-cpu`: their time off a CPU, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub off_cpu_s: Option<f64>,
 }
 
 #[cfg(test)]
@@ -271,10 +307,14 @@ mod tests {
                 Count {
                     value: otel_ctx_sampler::NO_CONTEXT,
                     samples: 3100,
+                    cpu_s: None,
+                    off_cpu_s: None,
                 },
                 Count {
                     value: "/api/cart",
                     samples: 702,
+                    cpu_s: None,
+                    off_cpu_s: None,
                 },
             ],
         };

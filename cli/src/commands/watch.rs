@@ -12,30 +12,58 @@ use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use otel_ctx_sampler::Method;
-
 use super::tally::Tally;
 use super::text::Screen;
 use super::{catch_sigint, json, out, text, Failure, INTERRUPTED};
 
-/// Runs `watch` with the sampler `method` asks for (`None`: eBPF where it can be used,
-/// else ptrace rounds).
-pub fn run(
+/// `watch`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Request {
+    /// The process id.
     pid: u32,
+    /// Samples per second: on every CPU with eBPF, of every thread with ptrace.
+    #[arg(long, default_value_t = 99)]
     hz: u32,
+    /// How long to sample, such as `10s`; Ctrl-C stops earlier.
+    #[arg(long, default_value = "10s", value_parser = super::parse_duration, allow_negative_numbers = true)]
     duration: Duration,
-    by: &str,
+    /// The attribute whose values group the samples.
+    #[arg(long, default_value = "http.route")]
+    by: String,
+    /// As for `show`: name attributes by key index (`--by '#0'`), whatever the process
+    /// context announces.
+    #[arg(long)]
     raw_keys: bool,
-    as_json: bool,
-    method: Option<Method>,
-) -> Result<(), Failure> {
+    /// Print one JSON summary at the end instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Show each value's time on a CPU and off it (as `profile --off-cpu` measures it).
+    #[arg(long)]
+    off_cpu: bool,
+    #[command(flatten)]
+    sampler: super::SamplerFlag,
+}
+
+/// Runs `watch` with the sampler `--sampler` asks for (none: eBPF where it can be used,
+/// else ptrace rounds).
+pub fn run(request: &Request) -> Result<(), Failure> {
+    let Request {
+        pid,
+        hz,
+        duration,
+        raw_keys,
+        json: as_json,
+        ..
+    } = *request;
+    let by = request.by.as_str();
     if hz == 0 || hz > 10_000 {
         return Err(Failure::usage(format!(
             "--hz {hz}: use a rate between 1 and 10000"
         )));
     }
     catch_sigint().map_err(Failure::Unusable)?;
-    let mut sampler = Tally::open(pid, hz, by, raw_keys, method)?;
+    let method = request.sampler.method();
+    let mut sampler = Tally::open(pid, hz, (by, raw_keys), method, request.off_cpu)?;
     // What the reader could not analyse, and a grouping key the process does not have,
     // are said before sampling starts (on stderr, so that --json stays one document). A
     // key may be registered later (the key map grows as a service runs): a warning, and

@@ -1,0 +1,164 @@
+//! Off-CPU time through the tool, as a user asks for it: `profile PID --off-cpu` on the C
+//! fixture whose four routes each wait their own way (`/cpu` spins, `/sleep` naps, `/lock`
+//! waits for a mutex held 90% of the time, `/pipe` reads a pipe fed every 20 ms), by
+//! eBPF and then by ptrace's wall-clock rounds; the summary's time per route, the
+//! off-CPU flame graph's stacks, and `watch --off-cpu` (OTLP's second profile is in
+//! `fleet_otlp.rs`, with the decoder).
+//! A build with the eBPF sampler; root (ptrace, BPF) and gcc.
+#![cfg(feature = "ebpf")]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+mod support;
+
+#[path = "../../profile/tests/support/fixture.rs"]
+mod fixture;
+
+use fixture::{build_publisher, Fixture};
+use support::{read_folded, run, scratch, text};
+
+/// A fixture's `/cpu` thread spins on a CPU, and a second one beside it would make it
+/// wait for one: one test at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Each route, its own function, and the share of its wall-clock time off a CPU that
+/// eBPF must find: at least this much (at most, for `/cpu`).
+const ROUTES: [(&str, &str, f64); 4] = [
+    ("/cpu", "cpu_route", 0.25),
+    ("/sleep", "sleep_route", 0.60),
+    ("/lock", "lock_route", 0.50),
+    ("/pipe", "pipe_route", 0.60),
+];
+
+/// The summary's `  <route>: 1.2s on a CPU, 3.4s off (..)` lines: route to (on, off).
+fn times(summary: &str) -> BTreeMap<String, (f64, f64)> {
+    let seconds = |s: &str| s.trim().trim_end_matches('s').parse::<f64>().ok();
+    summary
+        .lines()
+        .filter_map(|line| {
+            let (route, rest) = line.strip_prefix("  ")?.split_once(": ")?;
+            let (on, rest) = rest.split_once(" on a CPU, ")?;
+            let (off, _) = rest.split_once(" off (")?;
+            Some((route.to_owned(), (seconds(on)?, seconds(off)?)))
+        })
+        .collect()
+}
+
+/// Profiles `pid` for 5 s with `sampler`: the summary's times per route, and the
+/// off-CPU flame graph's stacks.
+fn profile(pid: u32, sampler: &str, dir: &Path) -> (BTreeMap<String, (f64, f64)>, support::Folded) {
+    let out = dir.join(format!("{sampler}.folded"));
+    let run = run(&[
+        "profile",
+        &pid.to_string(),
+        "--off-cpu",
+        "--sampler",
+        sampler,
+        "--duration",
+        "5s",
+        "--show",
+        "off-cpu",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let summary = text(&run.stderr);
+    assert!(run.status.success(), "{sampler}: {summary}");
+    assert!(
+        summary.contains("time by http.route, on a CPU and off it:"),
+        "{summary}"
+    );
+    (times(&summary), read_folded(&out))
+}
+
+/// The share of `route`'s off-CPU time (in the folded stacks) in stacks through
+/// `function`.
+fn through(folded: &support::Folded, route: &str, function: &str) -> f64 {
+    let mut all = 0;
+    let mut via = 0;
+    for (frames, micros) in folded {
+        if frames.first().map(String::as_str) != Some(route) {
+            continue;
+        }
+        all += micros;
+        if frames.iter().any(|f| f == function) {
+            via += micros;
+        }
+    }
+    via as f64 / all.max(1) as f64
+}
+
+#[test]
+fn each_route_waits_where_it_waits_by_both_samplers() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = build_publisher("off_cpu.c", "cli-off-cpu", &["-fno-omit-frame-pointer"]);
+    let fixture = Fixture::start(&exe, &[]);
+    let dir = scratch("off-cpu");
+    let (ebpf, folded) = profile(fixture.pid, "ebpf", &dir);
+    let (ptrace, _) = profile(fixture.pid, "ptrace", &dir);
+    let share = |times: &BTreeMap<String, (f64, f64)>, route: &str| {
+        let &(on, off) = times
+            .get(route)
+            .unwrap_or_else(|| panic!("no {route} in {times:?}"));
+        off / (on + off).max(1e-9)
+    };
+    for (route, function, bound) in ROUTES {
+        let by_ebpf = share(&ebpf, route);
+        let by_ptrace = share(&ptrace, route);
+        let said = format!("{route}: eBPF {ebpf:?}, ptrace {ptrace:?}");
+        if route == "/cpu" {
+            assert!(by_ebpf < bound, "{said}");
+        } else {
+            assert!(by_ebpf >= bound, "{said}");
+            // Where each wait sits: under the route's own function.
+            let via = through(&folded, route, function);
+            assert!(
+                via >= 0.8,
+                "{route}: {via:.2} of its off-CPU time through {function}"
+            );
+        }
+        assert!((by_ebpf - by_ptrace).abs() <= 0.15, "{said}");
+    }
+    // The stack of a wait ends in the C library's call that blocked.
+    let leaves: Vec<&String> = folded.keys().filter_map(|frames| frames.last()).collect();
+    for call in ["nanosleep", "read", "lll_lock_wait"] {
+        assert!(
+            leaves.iter().any(|leaf| leaf.contains(call)),
+            "no stack ends in {call}: {leaves:?}"
+        );
+    }
+    fixture.finish();
+}
+
+#[test]
+fn watch_shows_the_split() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = build_publisher(
+        "off_cpu.c",
+        "cli-off-cpu-watch",
+        &["-fno-omit-frame-pointer"],
+    );
+    let fixture = Fixture::start(&exe, &[]);
+    let pid = fixture.pid.to_string();
+    let watch = run(&["watch", &pid, "--off-cpu", "--duration", "2s", "--json"]);
+    assert!(watch.status.success(), "{}", text(&watch.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&watch.stdout).expect("JSON");
+    let counts = doc["counts"].as_array().expect("counts");
+    let off_share = |route: &str| {
+        let row = counts
+            .iter()
+            .find(|c| c["value"] == route)
+            .unwrap_or_else(|| panic!("no {route} in {doc}"));
+        let (on, off) = (
+            row["cpu_s"].as_f64().unwrap(),
+            row["off_cpu_s"].as_f64().unwrap(),
+        );
+        off / (on + off).max(1e-9)
+    };
+    assert!(
+        off_share("/sleep") >= 0.6 && off_share("/cpu") < 0.25,
+        "{doc}"
+    );
+    fixture.finish();
+}
