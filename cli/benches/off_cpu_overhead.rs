@@ -15,7 +15,7 @@
 //!
 //! `cargo bench -p otel-ctx --features ebpf --bench off_cpu_overhead` as root.
 //! `OTEL_CTX_BENCH_WINDOW_S` (default 3) and `OTEL_CTX_BENCH_ROUNDS` (default 5) set the
-//! window and the rounds.
+//! window and the rounds, `OTEL_CTX_BENCH_RATES` (default `10000,100000`) the switch rates.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -166,7 +166,12 @@ fn main() {
     let mut target = Target::spawn(command);
     // Warm-up: the first profile reads the modules.
     let _ = window(&mut target, Profiler::OffCpu, 1);
-    for wanted in [10_000.0, 100_000.0] {
+    // OTEL_CTX_BENCH_RATES=10000 measures one rate.
+    let wanted_rates: Vec<f64> = std::env::var("OTEL_CTX_BENCH_RATES")
+        .ok()
+        .map(|r| r.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10_000.0, 100_000.0]);
+    for wanted in wanted_rates {
         let (spin, reached) = calibrate(&mut target, wanted);
         println!("\n{wanted:.0} switches/s asked: spin {spin}, {reached:.0} switches/s unprofiled");
         println!("| profiler, 99 Hz | target slowdown, median (quartiles) | profiler CPU, % of one CPU | profiler CPU per off-CPU sample |");

@@ -122,7 +122,7 @@ fn each_route_waits_where_it_waits_by_both_samplers() {
     }
     // The stack of a wait ends in the C library's call that blocked.
     let leaves: Vec<&String> = folded.keys().filter_map(|frames| frames.last()).collect();
-    for call in ["nanosleep", "read", "lll_lock_wait"] {
+    for call in ["nanosleep", "read", "futex_wait"] {
         assert!(
             leaves.iter().any(|leaf| leaf.contains(call)),
             "no stack ends in {call}: {leaves:?}"
@@ -160,5 +160,32 @@ fn watch_shows_the_split() {
         off_share("/sleep") >= 0.6 && off_share("/cpu") < 0.25,
         "{doc}"
     );
+    // Each wait labeled with the system call it was in: a flame graph of them.
+    let dir = scratch("off-cpu-syscalls");
+    let out = dir.join("calls.folded");
+    let args = [
+        "profile",
+        &pid,
+        "--off-cpu",
+        "--show",
+        "off-cpu",
+        "--duration",
+        "2s",
+    ];
+    let by = ["--by", "off_cpu.syscall", "-o", out.to_str().unwrap()];
+    let calls = run(&[&args[..], &by[..]].concat());
+    assert!(calls.status.success(), "{}", text(&calls.stderr));
+    let mut roots: BTreeMap<String, u64> = BTreeMap::new();
+    for (frames, micros) in read_folded(&out) {
+        *roots.entry(frames[0].clone()).or_default() += micros;
+    }
+    // /pipe reads, /lock and the holder wait on a futex, /sleep, the holder and the
+    // feeder nap.
+    for call in ["read", "futex", "clock_nanosleep"] {
+        assert!(
+            roots.get(call).is_some_and(|&us| us > 100_000),
+            "{call}: {roots:?}"
+        );
+    }
     fixture.finish();
 }

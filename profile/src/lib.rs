@@ -110,7 +110,7 @@ pub use output::{OutputError, Outputs};
 pub use profile::{
     DebugInfoStats, Entry, FrameKind, LabelSet, Location, Mapping, Profile, SkippedModule, Stats,
 };
-pub use profiler::Profiler;
+pub use profiler::{Profiler, OFF_CPU_SYSCALL};
 pub use python::{PythonStats, MAX_PYTHON_LOCATIONS};
 pub use sample::{Filter, ProfileOptions, SampleOutcome, DEFAULT_MAX_DEPTH, DEFAULT_PERIOD_NS};
 #[cfg(feature = "http")]

@@ -378,6 +378,12 @@ impl Profiler {
         let mut digits = [0u8; 10];
         a.label("thread.id", decimal_into(sample.tid, &mut digits));
         a.label("thread.name", sample.display_thread_name());
+        if let Some(nr) = sample.syscall {
+            match otel_ctx_sampler::syscall_name(nr) {
+                Some(name) => a.label(OFF_CPU_SYSCALL, name),
+                None => a.label(OFF_CPU_SYSCALL, decimal_into(u32::from(nr), &mut digits)),
+            }
+        }
     }
 
     /// What was sampled so far, and how it went.
@@ -403,6 +409,10 @@ impl Profiler {
         self.started_at = Instant::now();
     }
 }
+
+/// The label of an off-CPU sample that names the system call its thread waited in
+/// (`futex`, `read`; its number where the call has no name here).
+pub const OFF_CPU_SYSCALL: &str = "off_cpu.syscall";
 
 /// Lowercase hex of `bytes` (at most 16 of them), written into `buf` without
 /// allocating.

@@ -30,6 +30,9 @@
 #define MAP_TYPE_PERCPU_ARRAY 6
 #define MAP_TYPE_RINGBUF 27
 #define MAP_TYPE_LRU_HASH 9
+#define MAP_TYPE_TASK_STORAGE 29
+#define MAP_NO_PREALLOC 1             /* BPF_F_NO_PREALLOC, which local storage requires */
+#define LOCAL_STORAGE_GET_CREATE 1    /* BPF_LOCAL_STORAGE_GET_F_CREATE */
 
 /* The kernel's structures, reduced to the fields read; CO-RE relocates the offsets
  * against the running kernel's BTF. */
@@ -143,7 +146,8 @@ struct ctx_config {
     __u64 kernel_stack; /* 1: the kernel stack too */
     __u64 wakeup_bytes; /* wake user space once this much is waiting in the ring */
     __u64 off_cpu_threshold; /* off-CPU samples of waits at least this long (ns); 0: none */
-    __u64 off_cpu_chance; /* a switch is followed if a random u32 is below it (1 << 32: all) */
+    __u64 off_cpu_chance; /* a call is followed if a random u32 is below it (1 << 32: all);
+                           * user space sets (1 << 32) / N, one call in N */
 };
 
 /* Written by user space: one target process, the value of its `targets` entry. */
@@ -207,7 +211,7 @@ struct ctx_sample {
     __u64 regs[4];     /* ip, sp, fp, lr (0 on x86_64); all 0 without a stack */
     __u32 stack_len;   /* bytes of `stack` that follow, copied from regs[1] up */
     __u16 kstack_len;  /* kernel frames in `kstack` */
-    __u16 pad2;
+    __u16 syscall;     /* an off-CPU sample: the system call it waited in, plus 1; 0 unknown */
     __u64 kstack[MAX_KSTACK_FRAMES];
     __u32 py_state;    /* PY_* */
     __u32 py_count;    /* entries of `py` */
@@ -231,6 +235,7 @@ _Static_assert(__builtin_offsetof(struct ctx_sample, attrs) == 86, "ctx_sample l
 _Static_assert(__builtin_offsetof(struct ctx_sample, regs) == 704, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, stack_len) == 736, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, kstack_len) == 740, "ctx_sample layout");
+_Static_assert(__builtin_offsetof(struct ctx_sample, syscall) == 742, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, kstack) == 744, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, py_state) == 1000, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, off_cpu_ns) == 1016, "ctx_sample layout");
@@ -285,18 +290,21 @@ struct {
     __type(value, __u64);
 } counters SEC(".maps");
 
-/* The threads of targets waiting in a system call, by thread id: when they last left
- * their CPU (0 while on one) and how long they were away in all since the call began.
- * Made at the first switch away in the call, taken and deleted as the call returns. */
-#define MAX_AWAY_THREADS 16384
+/* Each followed thread's wait in a system call, in the thread's own task storage (a
+ * pointer away from the task, where a hash map would cost a lookup on every switch of
+ * the host): whether a call's waits are being added up, when the thread last left its
+ * CPU (0 while on one), and how long it was away in all since the call began. Made at a
+ * followed thread's first wait, freed with the thread. */
 struct away {
-    __u64 since; /* bpf_ktime_get_ns() at the switch away; 0 while on a CPU */
-    __u64 total; /* ns away before `since` */
+    __u64 active; /* 1 while a system call's waits are added up */
+    __u64 since;  /* bpf_ktime_get_ns() at the switch away; 0 while on a CPU */
+    __u64 total;  /* ns away before `since` */
+    __u64 one_in; /* the call was followed as one in this many */
 };
 struct {
-    __uint(type, MAP_TYPE_LRU_HASH);
-    __uint(max_entries, MAX_AWAY_THREADS);
-    __type(key, __u32);
+    __uint(type, MAP_TYPE_TASK_STORAGE);
+    __uint(map_flags, MAP_NO_PREALLOC);
+    __type(key, int);
     __type(value, struct away);
 } away SEC(".maps");
 
@@ -647,10 +655,10 @@ static __always_inline void sample_python(struct ctx_sample *s, const struct py_
 
 /* Builds and sends the sample of the current task, a thread of the target `t`, in this
  * CPU's entry of `buffers`: `off_cpu_ns` is 0 for a tick's sample, else the time it was
- * away from a CPU. */
+ * away from a CPU, in system call `call` - 1 (0: none). */
 static __always_inline int send_sample(void *ctx, const struct ctx_config *c,
                                        const struct ctx_target *t, __u64 pid_tgid,
-                                       __u64 off_cpu_ns, void *buffers) {
+                                       __u64 off_cpu_ns, __u16 call, void *buffers) {
     __u32 tgid = (__u32)(pid_tgid >> 32);
     __u32 cpu = bpf_get_smp_processor_id();
     struct ctx_sample *s = bpf_map_lookup_elem(buffers, &cpu);
@@ -672,7 +680,7 @@ static __always_inline int send_sample(void *ctx, const struct ctx_config *c,
     __builtin_memset(s->regs, 0, sizeof s->regs);
     s->stack_len = 0;
     s->kstack_len = 0;
-    s->pad2 = 0;
+    s->syscall = call;
     s->py_state = PY_OFF;
     s->py_count = 0;
     s->py_fault_addr = 0;
@@ -712,7 +720,17 @@ int sample_thread_context(void *ctx) {
     if (!t)
         return 0;
     count(COUNT_TICKS);
-    return send_sample(ctx, c, t, pid_tgid, 0, &scratch);
+    return send_sample(ctx, c, t, pid_tgid, 0, 0, &scratch);
+}
+
+/* The number of the system call `task` is in, negative outside one. */
+static __always_inline long syscall_of(struct task_struct *task) {
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+#if defined(OTEL_CTX_ARCH_X86_64)
+    return (long)BPF_CORE_READ(regs, orig_ax);
+#else
+    return BPF_CORE_READ(regs, syscallno);
+#endif
 }
 
 /* Off-CPU time, in two halves, both at tracepoints (which every kernel with BTF
@@ -730,8 +748,7 @@ int note_switch(unsigned long long *ctx) {
         return 0;
     __u64 now = bpf_ktime_get_ns();
     struct task_struct *next = (struct task_struct *)ctx[2];
-    __u32 next_tid = (__u32)BPF_CORE_READ(next, pid);
-    struct away *back = bpf_map_lookup_elem(&away, &next_tid);
+    struct away *back = bpf_task_storage_get(&away, next, 0, 0);
     if (back && back->since) {
         back->total += now - back->since;
         back->since = 0;
@@ -740,30 +757,32 @@ int note_switch(unsigned long long *ctx) {
     if (ctx[0])
         return 0;
     struct task_struct *prev = (struct task_struct *)ctx[1];
-    __u32 tgid = (__u32)BPF_CORE_READ(prev, tgid);
-    if (!bpf_map_lookup_elem(&targets, &tgid))
-        return 0;
-    __u32 tid = (__u32)BPF_CORE_READ(prev, pid);
-    struct away *left = bpf_map_lookup_elem(&away, &tid);
-    if (left) {
+    struct away *left = bpf_task_storage_get(&away, prev, 0, 0);
+    if (left && left->active) {
         left->since = now;
         return 0;
     }
+    __u32 tgid = (__u32)BPF_CORE_READ(prev, tgid);
+    if (!bpf_map_lookup_elem(&targets, &tgid))
+        return 0;
     /* Outside a system call (a page fault's wait) no return comes to sample it at. */
-    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
-#if defined(OTEL_CTX_ARCH_X86_64)
-    long call = (long)BPF_CORE_READ(regs, orig_ax);
-#else
-    long call = BPF_CORE_READ(regs, syscallno);
-#endif
-    if (call < 0)
+    if (syscall_of(prev) < 0)
         return 0;
     /* One system call's waits in 1/chance are followed; user space weighs each sample
      * by it. */
     if (c->off_cpu_chance <= 0xffffffffULL && bpf_get_prandom_u32() >= c->off_cpu_chance)
         return 0;
-    struct away fresh = {.since = now, .total = 0};
-    bpf_map_update_elem(&away, &tid, &fresh, 0);
+    if (!left)
+        left = bpf_task_storage_get(&away, prev, 0, LOCAL_STORAGE_GET_CREATE);
+    if (!left)
+        return 0;
+    left->active = 1;
+    left->since = now;
+    left->total = 0;
+    /* The chance in force now, as the N of one in N (the chance is (1 << 32) / N). */
+    left->one_in = c->off_cpu_chance > 0xffffffffULL || !c->off_cpu_chance
+                       ? 1
+                       : 0x100000000ULL / c->off_cpu_chance;
     count(COUNT_SWITCHES);
     return 0;
 }
@@ -776,13 +795,14 @@ int note_switch(unsigned long long *ctx) {
  * ret. */
 SEC("tp_btf/sys_exit")
 int sample_off_cpu(unsigned long long *ctx) {
-    __u64 pid_tgid = bpf_get_current_pid_tgid();
-    __u32 tid = (__u32)pid_tgid;
-    struct away *waited = bpf_map_lookup_elem(&away, &tid);
-    if (!waited)
+    struct away *waited = bpf_task_storage_get(&away, bpf_get_current_task_btf(), 0, 0);
+    if (!waited || !waited->active)
         return 0;
     __u64 total = waited->total;
-    bpf_map_delete_elem(&away, &tid);
+    __u64 one_in = waited->one_in ? waited->one_in : 1;
+    waited->active = 0;
+    waited->total = 0;
+    __u64 pid_tgid = bpf_get_current_pid_tgid();
     __u32 zero = 0;
     const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
     if (!c || !c->off_cpu_threshold || total < c->off_cpu_threshold)
@@ -792,7 +812,10 @@ int sample_off_cpu(unsigned long long *ctx) {
     if (!t)
         return 0;
     count(COUNT_OFF_CPU);
-    return send_sample(ctx, c, t, pid_tgid, total, &off_cpu_scratch);
+    long call = syscall_of(bpf_get_current_task_btf());
+    __u16 named = call >= 0 && call < 0xffff ? (__u16)(call + 1) : 0;
+    /* The sample stands for the calls not followed too. */
+    return send_sample(ctx, c, t, pid_tgid, total * one_in, named, &off_cpu_scratch);
 }
 
 /* The helpers that read user memory and the current task are GPL-only: the program

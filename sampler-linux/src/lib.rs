@@ -55,6 +55,7 @@ pub mod python;
 mod sample;
 pub mod stack;
 mod stats;
+mod syscalls;
 mod tally;
 pub mod watch;
 
@@ -69,13 +70,14 @@ use otel_ctx_reader::UserRegisters;
 
 pub use error::SamplerError;
 pub use options::{
-    Method, OffCpu, SamplerOptions, Threads, DEFAULT_OFF_CPU_THRESHOLD, MAX_FREQUENCY_HZ,
-    MAX_PROCESSES,
+    Method, OffCpu, SamplerOptions, Threads, DEFAULT_OFF_CPU_MAX_RATE, DEFAULT_OFF_CPU_THRESHOLD,
+    MAX_FREQUENCY_HZ, MAX_PROCESSES,
 };
 pub use process::{Following, PreparedProcess, MODULES_FALLBACK, REFRESH_INTERVAL};
 pub use sample::{PythonSample, Sample};
 pub use stack::StackBuffer;
 pub use stats::{SamplerStats, Unreadable};
+pub use syscalls::syscall_name;
 pub use tally::{AttributeTally, Bucket, NO_CONTEXT, UNREADABLE};
 
 use process::Process;
@@ -354,8 +356,6 @@ impl Sampler {
     where
         F: FnMut(&Sample<'_>) -> bool,
     {
-        #[cfg(feature = "ebpf")]
-        let off_cpu_one_in = self.options.off_cpu.map_or(1, |o| o.one_in.max(1));
         let Self {
             engine,
             readers,
@@ -370,6 +370,7 @@ impl Sampler {
             Engine::Ebpf(sampler) => {
                 // A failed wait (not an interruption) shows as no samples.
                 let _ = sampler.wait(wait);
+                sampler.pace_off_cpu();
                 while let Some(s) = sampler.next_sample(readers) {
                     let Some(process) = processes.get_mut(&s.pid) else {
                         continue;
@@ -402,8 +403,9 @@ impl Sampler {
                             },
                             python,
                             weight_ns: 0,
-                            // An off-CPU sample stands for the switches not followed.
-                            off_cpu_ns: s.off_cpu_ns.saturating_mul(u64::from(off_cpu_one_in)),
+                            // Weighted by the program for the calls not followed.
+                            off_cpu_ns: s.off_cpu_ns,
+                            syscall: s.syscall,
                         };
                         deliver(stats, &sample, &mut on_sample)
                     };

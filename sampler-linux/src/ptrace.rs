@@ -316,6 +316,7 @@ impl Rounds {
                     python,
                     weight_ns,
                     off_cpu_ns,
+                    syscall: None,
                 };
                 let changed = deliver(stats, &sample, on_sample);
                 drop(sample);

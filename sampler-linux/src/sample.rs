@@ -41,6 +41,9 @@ pub struct Sample<'a> {
     /// without a CPU), with [`SamplerOptions::off_cpu`](crate::SamplerOptions::off_cpu);
     /// 0 otherwise.
     pub off_cpu_ns: u64,
+    /// With off-CPU time, by eBPF: the number of the system call the thread waited in
+    /// ([`syscall_name`](crate::syscall_name) names it); `None` otherwise.
+    pub syscall: Option<u16>,
 }
 
 /// A sample's Python frames, with the names of their code objects, read by the sampler
@@ -76,6 +79,7 @@ impl<'a> Sample<'a> {
             python: None,
             weight_ns: 0,
             off_cpu_ns: 0,
+            syscall: None,
         }
     }
 

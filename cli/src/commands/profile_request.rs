@@ -132,9 +132,13 @@ pub struct Request {
     /// With --off-cpu and eBPF: the shortest wait sampled.
     #[arg(long, default_value = "200us", value_parser = super::parse_duration, requires = "off_cpu")]
     pub off_cpu_threshold: Duration,
-    /// With --off-cpu and eBPF: follow one switch in N, each sample standing for N.
+    /// With --off-cpu and eBPF: follow one system call in N at least (in more when the
+    /// samples outpace --off-cpu-max-rate), each sample standing for as many.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), requires = "off_cpu")]
     pub off_cpu_one_in: u32,
+    /// With --off-cpu and eBPF: the most off-CPU samples a second (0: no bound).
+    #[arg(long, default_value_t = otel_ctx_sampler::DEFAULT_OFF_CPU_MAX_RATE, requires = "off_cpu")]
+    pub off_cpu_max_rate: u32,
     /// What folded and SVG output show with --off-cpu: cpu, off-cpu or wall (both).
     #[arg(long, default_value = "cpu", requires = "off_cpu")]
     pub show: Show,
@@ -162,7 +166,9 @@ impl Request {
             .with_max_processes(self.max_processes)
             .with_off_cpu(self.off_cpu.then(|| {
                 let off_cpu = OffCpu::default().with_threshold(self.off_cpu_threshold);
-                off_cpu.with_one_in(self.off_cpu_one_in)
+                off_cpu
+                    .with_one_in(self.off_cpu_one_in)
+                    .with_max_rate(self.off_cpu_max_rate)
             }));
         let profile = ProfileOptions::default()
             .with_lines(self.lines)

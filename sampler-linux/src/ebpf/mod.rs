@@ -214,7 +214,8 @@ impl EbpfOptions {
     }
 
     /// The ring buffer's size: room for [`ring_seconds`](Self::ring_seconds) of samples from `cpus` CPUs at
-    /// [`frequency_hz`](Self::frequency_hz), at least 64 samples, with the stack this
+    /// [`frequency_hz`](Self::frequency_hz) (and off-CPU samples at their
+    /// [`OffCpu::max_rate`]), at least 64 samples, with the stack this
     /// sampler copies, so that a consumer held up for a few seconds loses nothing; a
     /// power of two (the kernel requires one) from 1 MiB to
     /// [`max_ring_bytes`](Self::max_ring_bytes) (rounded down to a power of two). The
@@ -223,9 +224,16 @@ impl EbpfOptions {
     /// in [`EbpfCounters::lost`].
     fn ring_size(&self, cpus: usize) -> u32 {
         let sample = wire::SAMPLE_SIZE + self.stack_size;
+        // Off-CPU samples come on top of the ticks', at most at their bound (an
+        // unbounded rate is given room for 10,000 a second).
+        let off_cpu = self.off_cpu.map_or(0, |o| match o.max_rate {
+            0 => 10_000,
+            rate => rate as usize,
+        });
         let per_window = usize::try_from(self.frequency_hz)
             .unwrap_or(usize::MAX)
             .saturating_mul(cpus.max(1))
+            .saturating_add(off_cpu)
             .saturating_mul(self.ring_seconds.max(1) as usize);
         // The largest power of two within the bound (and within u32).
         let ceiling = prev_power_of_two(self.max_ring_bytes.clamp(MIN_RING_BYTES, 1 << 31));
@@ -284,8 +292,12 @@ pub struct EbpfSample<'a> {
     pub python: EbpfPython<'a>,
     /// An off-CPU sample ([`EbpfOptions::off_cpu`]), taken as the system call that kept
     /// the thread from a CPU returned: how long it was away, in nanoseconds (its
-    /// registers and stack are where it blocked). 0 for a tick's sample.
+    /// registers and stack are where it blocked), times the calls it stands for (one in
+    /// how many was followed). 0 for a tick's sample.
     pub off_cpu_ns: u64,
+    /// An off-CPU sample: the number of the system call that kept the thread away
+    /// ([`syscall_name`](crate::syscall_name) names it).
+    pub syscall: Option<u16>,
 }
 
 impl EbpfSample<'_> {
@@ -316,6 +328,8 @@ pub struct EbpfSampler {
     capture: wire::Capture,
     /// The entry being handed out, copied out of the ring buffer.
     entry: Vec<u8>,
+    /// With off-CPU samples: their pace.
+    pace: Option<off_cpu::Pace>,
 }
 
 impl fmt::Debug for EbpfSampler {
@@ -354,6 +368,9 @@ impl EbpfSampler {
         let ring_size = options.ring_size(cpus);
         let max_processes = options.max_processes.clamp(1, EBPF_MAX_PROCESSES);
         let mut ebpf = EbpfLoader::new()
+            // The off-CPU waits' task storage, which only the program uses (aya has no
+            // wrapper for it in user space).
+            .allow_unsupported_maps()
             .map_max_entries("scratch", u32::try_from(cpus).unwrap_or(u32::MAX))
             // The off-CPU samples' own buffers: one per CPU when they are taken.
             .map_max_entries(
@@ -395,6 +412,13 @@ impl EbpfSampler {
                 off_cpu_one_in: options.off_cpu.map_or(1, |o| o.one_in),
             },
             entry: Vec::with_capacity(wire::SAMPLE_SIZE + options.stack_size),
+            pace: options.off_cpu.map(|o| off_cpu::Pace {
+                least: o.one_in.max(1),
+                max_rate: o.max_rate,
+                one_in: o.one_in.max(1),
+                at: std::time::Instant::now(),
+                taken: 0,
+            }),
         };
         // Configured before the first tick can run it.
         let words = wire::config_words(sampler.capture);
@@ -639,6 +663,7 @@ impl EbpfSampler {
                 &entry[decoded.python.2.clone()],
             ),
             off_cpu_ns: decoded.off_cpu_ns,
+            syscall: decoded.syscall,
         })
     }
 
@@ -654,6 +679,41 @@ impl EbpfSampler {
             .info()
             .map_err(|e| EbpfError::Setup(explain(&e).0))?;
         Ok((info.run_count(), info.run_time()))
+    }
+
+    /// With off-CPU samples ([`EbpfOptions::off_cpu`]): keeps them within
+    /// [`OffCpu::max_rate`], following one system call in more (or fewer) from now on,
+    /// when their pace was last looked at a quarter of a second ago or more. Each sample
+    /// stands for the calls not followed when it was taken
+    /// ([`EbpfSample::off_cpu_ns`] is weighted). Call it after each
+    /// [`wait`](Self::wait).
+    pub fn pace_off_cpu(&mut self) {
+        let Some(pace) = self.pace.as_mut() else {
+            return;
+        };
+        let elapsed = pace.at.elapsed();
+        if elapsed < off_cpu::PACE_EVERY {
+            return;
+        }
+        let Ok(taken) = counter(&self.counters, COUNT_OFF_CPU) else {
+            return;
+        };
+        let rate = taken.saturating_sub(pace.taken) as f64 / elapsed.as_secs_f64();
+        pace.at = std::time::Instant::now();
+        pace.taken = taken;
+        let one_in = pace.next(rate);
+        if one_in != pace.one_in {
+            pace.one_in = one_in;
+            self.capture.off_cpu_one_in = one_in;
+            // A failure keeps the pace before: the samples stay weighted right.
+            let _ = self.config.set(0, wire::config_words(self.capture), 0);
+        }
+    }
+
+    /// One system call in how many the program follows now for off-CPU samples
+    /// ([`pace_off_cpu`](Self::pace_off_cpu)); `None` without them.
+    pub fn off_cpu_one_in(&self) -> Option<u32> {
+        self.pace.map(|p| p.one_in)
     }
 
     /// The program's counts, summed over CPUs.

@@ -142,6 +142,7 @@ const ATTRS: usize = HEADER + RECORD_HEADER_SIZE;
 const REGS: usize = ATTRS + EBPF_MAX_ATTRS + 6;
 const STACK_LEN: usize = REGS + 32;
 const KSTACK_LEN: usize = STACK_LEN + 4;
+const SYSCALL: usize = KSTACK_LEN + 2;
 const KSTACK: usize = KSTACK_LEN + 4;
 const PY_STATE: usize = KSTACK + 8 * EBPF_MAX_KERNEL_FRAMES;
 const PY_COUNT: usize = PY_STATE + 4;
@@ -162,7 +163,7 @@ pub(crate) const SAMPLE_SIZE: usize = STACK;
 // The offsets `bpf/sampler.bpf.c` asserts for `struct ctx_sample`.
 const _: () = assert!(PID == 4 && STATE == 8 && FAULT_WHAT == 12 && GENERATION == 16);
 const _: () = assert!(FAULT_ADDR == 48 && ATTRS_LEN == 56 && HEADER == 58 && ATTRS == 86);
-const _: () = assert!(REGS == 704 && STACK_LEN == 736 && KSTACK_LEN == 740);
+const _: () = assert!(REGS == 704 && STACK_LEN == 736 && KSTACK_LEN == 740 && SYSCALL == 742);
 const _: () = assert!(KSTACK == 744 && PY_STATE == 1000 && OFF_CPU == 1016 && PY == 1024);
 const _: () = assert!(STACK == 1024 + 32 * 64);
 
@@ -219,6 +220,8 @@ pub(crate) struct Decoded {
     /// An off-CPU sample: how long the thread was away from a CPU, in nanoseconds; 0
     /// for a tick's sample.
     pub off_cpu_ns: u64,
+    /// An off-CPU sample: the number of the system call it waited in.
+    pub syscall: Option<u16>,
 }
 
 /// The `n`-th native-endian word of `bytes`.
@@ -332,6 +335,8 @@ pub(crate) fn decode(entry: &[u8], limit: usize) -> Option<Decoded> {
             PY..PY + PY_FRAME_SIZE * py_count,
         ),
         off_cpu_ns: u64_at(entry, OFF_CPU),
+        // The program sends the number plus 1, 0 for none.
+        syscall: u16_at(entry, SYSCALL).checked_sub(1),
     })
 }
 
@@ -446,7 +451,10 @@ mod tests {
         assert_eq!(d.off_cpu_ns, 0, "a tick's sample");
         let mut away = e.clone();
         away[OFF_CPU..OFF_CPU + 8].copy_from_slice(&1_500_000u64.to_ne_bytes());
-        assert_eq!(decode(&away, 640).expect("off-CPU").off_cpu_ns, 1_500_000);
+        away[SYSCALL..SYSCALL + 2].copy_from_slice(&203u16.to_ne_bytes());
+        let d = decode(&away, 640).expect("off-CPU");
+        assert_eq!((d.off_cpu_ns, d.syscall), (1_500_000, Some(202)));
+        assert_eq!(decode(&e, 640).expect("a tick's").syscall, None);
         assert!(d.stack.is_empty() && d.kernel_frames.is_empty());
 
         // Registers, stack bytes and kernel frames, as many as the entry says it has.
