@@ -131,7 +131,7 @@ const HZ: u32 = 99;
 
 /// Opens the thread sampler of the service, the way `method` says.
 fn open_sampler(pid: u32, method: Option<Method>) -> Result<Tally, Failure> {
-    Tally::open(pid, HZ, ("http.route", false), method, false)
+    Tally::open(pid, HZ, "http.route", false, method, false)
 }
 
 /// Starts `otel-ctx profile` on the service for what is left of the demo's run, writing

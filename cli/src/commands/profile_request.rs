@@ -130,7 +130,7 @@ pub struct Request {
     #[arg(long)]
     pub off_cpu: bool,
     /// With --off-cpu and eBPF: the shortest wait sampled.
-    #[arg(long, default_value = "200us", value_parser = super::parse_duration, requires = "off_cpu")]
+    #[arg(long, default_value = "200us", value_parser = super::parse_duration, allow_negative_numbers = true, requires = "off_cpu")]
     pub off_cpu_threshold: Duration,
     /// With --off-cpu and eBPF: follow one system call in N at least (in more when the
     /// samples outpace --off-cpu-max-rate), each sample standing for as many.

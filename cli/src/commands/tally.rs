@@ -23,7 +23,8 @@ impl Tally {
     pub fn open(
         pid: u32,
         hz: u32,
-        (by, raw_keys): (&str, bool),
+        by: &str,
+        raw_keys: bool,
         method: Option<Method>,
         off_cpu: bool,
     ) -> Result<Self, Failure> {

@@ -63,7 +63,7 @@ pub fn run(request: &Request) -> Result<(), Failure> {
     }
     catch_sigint().map_err(Failure::Unusable)?;
     let method = request.sampler.method();
-    let mut sampler = Tally::open(pid, hz, (by, raw_keys), method, request.off_cpu)?;
+    let mut sampler = Tally::open(pid, hz, by, raw_keys, method, request.off_cpu)?;
     // What the reader could not analyse, and a grouping key the process does not have,
     // are said before sampling starts (on stderr, so that --json stays one document). A
     // key may be registered later (the key map grows as a service runs): a warning, and

@@ -51,6 +51,9 @@ pub(super) fn detach(ebpf: &mut Ebpf) {
 /// How often the pace of off-CPU samples is looked at.
 pub(super) const PACE_EVERY: Duration = Duration::from_millis(250);
 
+/// The most calls per one followed that the pace goes to by itself.
+const MAX_ONE_IN: u32 = 1 << 16;
+
 /// The off-CPU samples' pace: one call in how many the program follows, kept so that the
 /// samples come no faster than a bound.
 #[derive(Clone, Copy, Debug)]
@@ -70,10 +73,12 @@ impl Pace {
     /// One call in how many to follow from now on, the samples having come at `rate` a
     /// second while one in [`one_in`](Self::one_in) was followed: as many more as the
     /// rate exceeds the bound by; half as many once the samples come at under half the
-    /// bound; never fewer than [`least`](Self::least), nor more than 65,536.
+    /// bound; never fewer than [`least`](Self::least) (up to 65,536), nor more than
+    /// 65,536 unless `least` asks for more.
     pub fn next(&self, rate: f64) -> u32 {
-        if self.max_rate == 0 {
-            return self.least;
+        let least = self.least.max(1);
+        if self.max_rate == 0 || least >= MAX_ONE_IN {
+            return least;
         }
         let bound = f64::from(self.max_rate);
         let one_in = if rate > bound {
@@ -83,7 +88,7 @@ impl Pace {
         } else {
             self.one_in
         };
-        one_in.clamp(self.least.max(1), 1 << 16)
+        one_in.clamp(least, MAX_ONE_IN)
     }
 }
 
@@ -126,5 +131,11 @@ mod tests {
         };
         assert_eq!(unbounded.next(1e9), 1);
         assert_eq!(pace(1 << 16).next(1e12), 1 << 16);
+        // A least past the pace's own ceiling is kept as asked, at any rate.
+        let huge = Pace {
+            least: 100_000,
+            ..pace(100_000)
+        };
+        assert_eq!((huge.next(1e9), huge.next(0.0)), (100_000, 100_000));
     }
 }
