@@ -2,20 +2,24 @@
 //! byte back and forth through pipes (`benches/fixtures/switches.c`), spinning between
 //! passes for as long as makes them switch about 10,000 and then about 100,000 times a
 //! second in all, while, in turn, nothing profiles them, `otel-ctx profile` (eBPF, CPU
-//! time alone) and `otel-ctx profile --off-cpu` (eBPF: the scheduler's switches and the
-//! system calls' returns followed, each wait of 200 us or more sampled) run at 99 Hz for
-//! one window.
+//! time alone), `otel-ctx profile --off-cpu` (eBPF: the scheduler's switches and the
+//! system calls' returns followed, each wait of 200 us or more sampled, within the
+//! default bound of samples a second) and the same within 100 samples a second run at
+//! 99 Hz for one window.
 //!
 //! Every window with a profiler sits between two without one and is compared with their
 //! mean; each row reports the median and quartiles of its per-window slowdowns (passes
 //! per second), the profiler's own CPU time as a share of a CPU, and, with `--off-cpu`,
-//! its CPU per off-CPU sample (the waits it sampled, from its summary). The switch rate
-//! is the target's own count (`voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches`
-//! of its threads).
+//! its CPU per off-CPU sample (the waits it sampled, from its summary). Beside them, the
+//! kernel's count of the BPF programs' own run time (`kernel.bpf_stats_enabled`, on for
+//! the run): time the profiler takes on the CPUs of the threads it follows, which no
+//! process's CPU clock shows as its own. The switch rate is the target's own count
+//! (`voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of its threads).
 //!
 //! `cargo bench -p otel-ctx --features ebpf --bench off_cpu_overhead` as root.
 //! `OTEL_CTX_BENCH_WINDOW_S` (default 3) and `OTEL_CTX_BENCH_ROUNDS` (default 5) set the
-//! window and the rounds, `OTEL_CTX_BENCH_RATES` (default `10000,100000`) the switch rates.
+//! window and the rounds, `OTEL_CTX_BENCH_RATES` (default `10000,100000`) the switch rates;
+//! `OTEL_CTX_BENCH_BEFORE=<path of another otel-ctx>` adds a row of its `--off-cpu`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -28,6 +32,30 @@ use support::{cpu_seconds, Target};
 /// The pairs of threads passing bytes.
 const PAIRS: &str = "2";
 
+/// The kernel's switch for BPF run-time statistics.
+const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+/// The profiler's BPF programs: at the scheduler's switch, at a system call's return
+/// (both only with `--off-cpu`), and at the tick.
+const PROGRAMS: [&str; 3] = ["note_switch", "sample_off_cpu", "sample_thread_context"];
+
+/// How often each of [`PROGRAMS`] has run, and for how long in all (ns), summed over
+/// the loaded copies of it (the kernel keeps 15 bytes of a program's name).
+fn bpf_run_times() -> [(u64, u64); 3] {
+    let mut times = [(0, 0); 3];
+    for info in aya::programs::loaded_programs().flatten() {
+        let name = info.name_as_str().unwrap_or_default();
+        if name.is_empty() {
+            continue;
+        }
+        if let Some(i) = PROGRAMS.iter().position(|p| p.starts_with(name)) {
+            times[i].0 += info.run_count();
+            times[i].1 += info.run_time().as_nanos() as u64;
+        }
+    }
+    times
+}
+
 fn scratch() -> PathBuf {
     support::scratch("off-cpu-overhead")
 }
@@ -36,29 +64,57 @@ fn scratch() -> PathBuf {
 enum Profiler {
     Cpu,
     OffCpu,
+    /// With `--off-cpu-max-rate 100`.
+    OffCpuSlow,
+    /// `--off-cpu` by the build `OTEL_CTX_BENCH_BEFORE` names, when it does.
+    OffCpuBefore,
 }
 
 impl Profiler {
-    const ALL: [Self; 2] = [Self::Cpu, Self::OffCpu];
+    /// Those measured: the build before this one only when one is named.
+    fn all() -> Vec<Self> {
+        let mut all = vec![Self::Cpu, Self::OffCpu, Self::OffCpuSlow];
+        if before().is_some() {
+            all.push(Self::OffCpuBefore);
+        }
+        all
+    }
 
     fn name(self) -> &'static str {
         match self {
             Self::Cpu => "otel-ctx profile (eBPF, CPU time)",
             Self::OffCpu => "otel-ctx profile --off-cpu (eBPF)",
+            Self::OffCpuSlow => "otel-ctx profile --off-cpu --off-cpu-max-rate 100 (eBPF)",
+            Self::OffCpuBefore => "otel-ctx profile --off-cpu (eBPF), the build before",
         }
     }
 
     fn command(self, pid: &str, secs: u64, out: &Path) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_otel-ctx"));
+        let exe = match self {
+            Self::OffCpuBefore => before().expect("a build before"),
+            _ => PathBuf::from(env!("CARGO_BIN_EXE_otel-ctx")),
+        };
+        let mut command = Command::new(exe);
         command
             .args(["profile", pid, "--sampler", "ebpf", "--hz", "99"])
             .args(["--duration", &format!("{secs}s"), "-o"])
             .arg(out);
-        if self == Self::OffCpu {
-            command.arg("--off-cpu");
+        match self {
+            Self::Cpu => {}
+            Self::OffCpu | Self::OffCpuBefore => {
+                command.arg("--off-cpu");
+            }
+            Self::OffCpuSlow => {
+                command.args(["--off-cpu", "--off-cpu-max-rate", "100"]);
+            }
         }
         command
     }
+}
+
+/// Another build of `otel-ctx` to measure beside this one (`OTEL_CTX_BENCH_BEFORE`).
+fn before() -> Option<PathBuf> {
+    std::env::var_os("OTEL_CTX_BENCH_BEFORE").map(PathBuf::from)
 }
 
 /// The context switches of every thread of `pid` so far.
@@ -119,9 +175,22 @@ fn calibrate(target: &mut Target, wanted: f64) -> (u64, f64) {
 /// are one-time costs).
 const SETTLE: Duration = Duration::from_secs(1);
 
-/// One window with `profiler`: the target's passes per second, the profiler's CPU
-/// seconds meanwhile, and the off-CPU samples its summary counts.
-fn window(target: &mut Target, profiler: Profiler, secs: u64) -> (f64, f64, u64) {
+/// What one window with a profiler measured.
+struct Window {
+    /// The target's passes per second.
+    rate: f64,
+    /// The profiler's CPU seconds.
+    cpu_s: f64,
+    /// The off-CPU samples its summary counts (the whole run's).
+    sampled: u64,
+    /// The target's context switches.
+    switches: u64,
+    /// Each of [`PROGRAMS`]' runs and run time (ns).
+    bpf: [(u64, u64); 3],
+}
+
+/// One window with `profiler`, of `secs` measured.
+fn window(target: &mut Target, profiler: Profiler, secs: u64) -> Window {
     let out = scratch().join("window.pb.gz");
     let err = scratch().join("window.stderr");
     let child: Child = profiler
@@ -131,11 +200,20 @@ fn window(target: &mut Target, profiler: Profiler, secs: u64) -> (f64, f64, u64)
         .spawn()
         .expect("start otel-ctx");
     std::thread::sleep(SETTLE);
+    let pid = child.id();
     let (n0, t0) = target.iterations();
-    let c0 = cpu_seconds(child.id());
+    let (c0, s0, b0) = (
+        cpu_seconds(pid),
+        switches(target.child.id()),
+        bpf_run_times(),
+    );
     std::thread::sleep(Duration::from_secs(secs));
     let (n1, t1) = target.iterations();
-    let c1 = cpu_seconds(child.id());
+    let (c1, s1, b1) = (
+        cpu_seconds(pid),
+        switches(target.child.id()),
+        bpf_run_times(),
+    );
     let ended = support::wait_usage(child);
     let said = std::fs::read_to_string(&err).unwrap_or_default();
     assert!(ended.success, "{} failed:\n{said}", profiler.name());
@@ -146,7 +224,22 @@ fn window(target: &mut Target, profiler: Profiler, secs: u64) -> (f64, f64, u64)
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
     let elapsed = (t1 - t0).as_secs_f64();
-    ((n1 - n0) as f64 / elapsed, c1 - c0, sampled)
+    let bpf = std::array::from_fn(|i| (b1[i].0 - b0[i].0, b1[i].1 - b0[i].1));
+    Window {
+        rate: (n1 - n0) as f64 / elapsed,
+        cpu_s: c1 - c0,
+        sampled,
+        switches: s1 - s0,
+        bpf,
+    }
+}
+
+/// ns per run of a program's `(runs, ns)`, or `-` when it did not run.
+fn per_run((runs, ns): (u64, u64)) -> String {
+    match runs {
+        0 => "-".to_owned(),
+        n => format!("{:.0}", ns as f64 / n as f64),
+    }
 }
 
 fn main() {
@@ -160,6 +253,8 @@ fn main() {
          {PAIRS} pairs of threads",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    let stats_before = std::fs::read_to_string(STATS).unwrap_or_else(|_| "0".into());
+    std::fs::write(STATS, "1").expect("switch on BPF run-time statistics (needs root)");
     let exe = support::c_target(&scratch(), "switches");
     let mut command = Command::new(exe);
     command.arg(PAIRS);
@@ -174,34 +269,47 @@ fn main() {
     for wanted in wanted_rates {
         let (spin, reached) = calibrate(&mut target, wanted);
         println!("\n{wanted:.0} switches/s asked: spin {spin}, {reached:.0} switches/s unprofiled");
-        println!("| profiler, 99 Hz | target slowdown, median (quartiles) | profiler CPU, % of one CPU | profiler CPU per off-CPU sample |");
-        println!("|---|---:|---:|---:|");
-        for profiler in Profiler::ALL {
+        println!("| profiler, 99 Hz | target slowdown, median (quartiles) | profiler CPU, % of one CPU | profiler CPU per off-CPU sample | BPF, % of one CPU | BPF per switch of the target | ns per run: switch, return, tick |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        for profiler in Profiler::all() {
             let mut slowdowns = Vec::new();
             let (mut cpu_s, mut samples, mut measured) = (0.0, 0u64, 0.0);
+            let (mut switched, mut bpf) = (0u64, [(0u64, 0u64); 3]);
             for _ in 0..rounds {
                 let (before, _) = rates(&mut target, Duration::from_secs(secs));
                 let started = Instant::now();
-                let (with, cpu, sampled) = window(&mut target, profiler, secs);
+                let with = window(&mut target, profiler, secs);
                 measured += started.elapsed().as_secs_f64().min(secs as f64);
                 let (after, _) = rates(&mut target, Duration::from_secs(secs));
-                slowdowns.push(1.0 - with / ((before + after) / 2.0));
-                cpu_s += cpu;
-                samples += sampled;
+                slowdowns.push(1.0 - with.rate / ((before + after) / 2.0));
+                cpu_s += with.cpu_s;
+                samples += with.sampled;
+                switched += with.switches;
+                for (sum, one) in bpf.iter_mut().zip(with.bpf) {
+                    *sum = (sum.0 + one.0, sum.1 + one.1);
+                }
             }
             let (q1, median, q3) = support::quartiles(slowdowns);
             let per_sample = match samples {
                 0 => "-".to_owned(),
                 n => format!("{:.1} us ({n} samples)", cpu_s * 1e6 / n as f64),
             };
+            let bpf_ns: u64 = bpf.iter().map(|p| p.1).sum();
+            // The tick's program runs with or without --off-cpu: per switch, the other two.
+            let per_switch = (bpf[0].1 + bpf[1].1) as f64 / switched.max(1) as f64;
             println!(
-                "| {} | {:+.2}% ({:+.2}% to {:+.2}%) | {:.1}% | {per_sample} |",
+                "| {} | {:+.2}% ({:+.2}% to {:+.2}%) | {:.1}% | {per_sample} | {:.2}% | {per_switch:.0} ns | {}, {}, {} |",
                 profiler.name(),
                 median * 100.0,
                 q1 * 100.0,
                 q3 * 100.0,
                 cpu_s * 100.0 / measured.max(1e-9),
+                bpf_ns as f64 / 1e7 / measured.max(1e-9),
+                per_run(bpf[0]),
+                per_run(bpf[1]),
+                per_run(bpf[2]),
             );
         }
     }
+    std::fs::write(STATS, stats_before.trim()).expect("restore kernel.bpf_stats_enabled");
 }

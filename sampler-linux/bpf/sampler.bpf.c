@@ -50,10 +50,17 @@ struct thread_struct {
 #error "define OTEL_CTX_ARCH_X86_64 or OTEL_CTX_ARCH_AARCH64"
 #endif
 
+/* The scheduler's account of a task: its time on a CPU so far (ns), brought up to date
+ * whenever it leaves one. */
+struct sched_entity {
+    __u64 sum_exec_runtime;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
     int pid;  /* the thread id */
     int tgid; /* the process id */
     struct thread_struct thread;
+    struct sched_entity se;
 } __attribute__((preserve_access_index));
 
 /* The user registers saved at the kernel's entry (`task_pt_regs`), and the number of
@@ -290,15 +297,15 @@ struct {
     __type(value, __u64);
 } counters SEC(".maps");
 
-/* Each followed thread's wait in a system call, in the thread's own task storage (a
- * pointer away from the task, where a hash map would cost a lookup on every switch of
- * the host): whether a call's waits are being added up, when the thread last left its
- * CPU (0 while on one), and how long it was away in all since the call began. Made at a
- * followed thread's first wait, freed with the thread. */
+/* Each followed thread's system call, in the thread's own task storage (a pointer away
+ * from the task, where a hash map would cost a lookup on every switch of the host):
+ * whether a call is followed, when it first left its CPU and the thread's CPU time then.
+ * At the call's return, the time since less the CPU time since is the time it was away.
+ * Made at a followed thread's first wait, freed with the thread. */
 struct away {
-    __u64 active; /* 1 while a system call's waits are added up */
-    __u64 since;  /* bpf_ktime_get_ns() at the switch away; 0 while on a CPU */
-    __u64 total;  /* ns away before `since` */
+    __u64 active; /* 1 while a system call is followed */
+    __u64 since;  /* bpf_ktime_get_ns() when the call first left its CPU */
+    __u64 ran;    /* the thread's se.sum_exec_runtime then */
     __u64 one_in; /* the call was followed as one in this many */
 };
 struct {
@@ -723,46 +730,39 @@ int sample_thread_context(void *ctx) {
     return send_sample(ctx, c, t, pid_tgid, 0, 0, &scratch);
 }
 
-/* The number of the system call `task` is in, negative outside one. */
+/* The number of the system call `task` (a BTF pointer: its fields are read directly) is
+ * in, negative outside one. */
 static __always_inline long syscall_of(struct task_struct *task) {
     struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 #if defined(OTEL_CTX_ARCH_X86_64)
-    return (long)BPF_CORE_READ(regs, orig_ax);
+    return (long)regs->orig_ax;
 #else
-    return BPF_CORE_READ(regs, syscallno);
+    return regs->syscallno;
 #endif
 }
 
 /* Off-CPU time, in two halves, both at tracepoints (which every kernel with BTF
  * offers, where kprobes and the BPF trampoline may be missing). At the scheduler's
  * switch, a thread of a target that leaves its CPU of its own accord inside a system
- * call (to sleep, to wait for a lock, a socket, a pipe or a disk) has the time noted;
- * the thread switched to has the time it was away added up. Nothing more: one lookup for
- * the threads of any other process. The arguments of sched_switch: preempt, prev, next
- * (and prev_state since Linux 5.18). */
+ * call (to sleep, to wait for a lock, a socket, a pipe or a disk) has the time and its CPU
+ * time noted, once a call. Nothing more: no work at all when a thread is preempted, one
+ * look at the leaving thread's storage otherwise. The arguments of sched_switch: preempt,
+ * prev, next (and prev_state since Linux 5.18). */
 SEC("tp_btf/sched_switch")
 int note_switch(unsigned long long *ctx) {
-    __u32 zero = 0;
-    const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
-    if (!c || !c->off_cpu_threshold)
-        return 0;
-    __u64 now = bpf_ktime_get_ns();
-    struct task_struct *next = (struct task_struct *)ctx[2];
-    struct away *back = bpf_task_storage_get(&away, next, 0, 0);
-    if (back && back->since) {
-        back->total += now - back->since;
-        back->since = 0;
-    }
     /* Taken from its CPU while it runs (preempt): not a wait of its own. */
     if (ctx[0])
         return 0;
     struct task_struct *prev = (struct task_struct *)ctx[1];
     struct away *left = bpf_task_storage_get(&away, prev, 0, 0);
-    if (left && left->active) {
-        left->since = now;
+    /* A followed call's later waits: its first one noted the start. */
+    if (left && left->active)
         return 0;
-    }
-    __u32 tgid = (__u32)BPF_CORE_READ(prev, tgid);
+    __u32 zero = 0;
+    const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
+    if (!c || !c->off_cpu_threshold)
+        return 0;
+    __u32 tgid = (__u32)prev->tgid;
     if (!bpf_map_lookup_elem(&targets, &tgid))
         return 0;
     /* Outside a system call (a page fault's wait) no return comes to sample it at. */
@@ -777,8 +777,9 @@ int note_switch(unsigned long long *ctx) {
     if (!left)
         return 0;
     left->active = 1;
-    left->since = now;
-    left->total = 0;
+    left->since = bpf_ktime_get_ns();
+    /* Brought up to date as the thread left its CPU, before this tracepoint. */
+    left->ran = prev->se.sum_exec_runtime;
     /* The chance in force now, as the N of one in N (the chance is (1 << 32) / N). */
     left->one_in = c->off_cpu_chance > 0xffffffffULL || !c->off_cpu_chance
                        ? 1
@@ -790,18 +791,22 @@ int note_switch(unsigned long long *ctx) {
 /* The other half: as the system call returns, on the thread itself, whose user
  * registers and stack are those it waited with, and whose thread context is the one it
  * waited under (the thread is in the kernel, where the spec allows a reader to read
- * it). A call that kept the thread away at least the threshold in all is sampled as a
- * tick would sample it, with the time it was away. The arguments of sys_exit: regs,
- * ret. */
+ * it). The time since the call first left its CPU, less the CPU time since, is the time
+ * it was away: the waits, and the waits for a CPU once woken (the CPU time since it last
+ * came back, a few microseconds of the call's end not yet added to the thread's, counts
+ * as away). A call away at least the threshold is sampled as a tick would sample it,
+ * with that time. The arguments of sys_exit: regs, ret. */
 SEC("tp_btf/sys_exit")
 int sample_off_cpu(unsigned long long *ctx) {
-    struct away *waited = bpf_task_storage_get(&away, bpf_get_current_task_btf(), 0, 0);
+    struct task_struct *task = bpf_get_current_task_btf();
+    struct away *waited = bpf_task_storage_get(&away, task, 0, 0);
     if (!waited || !waited->active)
         return 0;
-    __u64 total = waited->total;
-    __u64 one_in = waited->one_in ? waited->one_in : 1;
     waited->active = 0;
-    waited->total = 0;
+    __u64 wall = bpf_ktime_get_ns() - waited->since;
+    __u64 ran = task->se.sum_exec_runtime - waited->ran;
+    __u64 total = wall > ran ? wall - ran : 0;
+    __u64 one_in = waited->one_in ? waited->one_in : 1;
     __u64 pid_tgid = bpf_get_current_pid_tgid();
     __u32 zero = 0;
     const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
@@ -812,7 +817,7 @@ int sample_off_cpu(unsigned long long *ctx) {
     if (!t)
         return 0;
     count(COUNT_OFF_CPU);
-    long call = syscall_of(bpf_get_current_task_btf());
+    long call = syscall_of(task);
     __u16 named = call >= 0 && call < 0xffff ? (__u16)(call + 1) : 0;
     /* The sample stands for the calls not followed too. */
     return send_sample(ctx, c, t, pid_tgid, total * one_in, named, &off_cpu_scratch);

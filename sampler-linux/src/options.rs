@@ -85,9 +85,9 @@ pub struct SamplerOptions {
     /// memory bound). Default 1; at least 1.
     pub ring_seconds: u32,
     /// Measure off-CPU time too ([`Sample::off_cpu_ns`](crate::Sample::off_cpu_ns)).
-    /// With eBPF, a thread of a followed process that comes back to a CPU after a wait
-    /// of at least [`OffCpu::threshold`] is sampled then, its stack where it blocked,
-    /// with the time it was away. With ptrace, each round samples every thread, whatever
+    /// With eBPF, a system call of a followed process's thread that kept it away from a
+    /// CPU at least [`OffCpu::threshold`] is sampled as it returns, its stack where it
+    /// blocked, with the time it was away. With ptrace, each round samples every thread, whatever
     /// its state (wall-clock sampling, whatever [`threads`](Self::threads) says), and
     /// each sample is split by the thread's CPU clock since its last sample into the
     /// time it ran ([`Sample::weight_ns`](crate::Sample::weight_ns)) and the time it
