@@ -4,7 +4,7 @@
 //! second in all, while, in turn, nothing profiles them, `otel-ctx profile` (eBPF, CPU
 //! time alone), `otel-ctx profile --off-cpu` (eBPF: the scheduler's switches and the
 //! system calls' returns followed, each wait of 200 us or more sampled, within the
-//! default bound of samples a second) and the same within 100 samples a second run at
+//! default bound of samples a second) and the same within 1000 samples a second run at
 //! 99 Hz for one window.
 //!
 //! Every window with a profiler sits between two without one and is compared with their
@@ -64,8 +64,8 @@ fn scratch() -> PathBuf {
 enum Profiler {
     Cpu,
     OffCpu,
-    /// With `--off-cpu-max-rate 100`.
-    OffCpuSlow,
+    /// With `--off-cpu-max-rate 1000`, ten times the default.
+    OffCpuDense,
     /// `--off-cpu` by the build `OTEL_CTX_BENCH_BEFORE` names, when it does.
     OffCpuBefore,
 }
@@ -73,7 +73,7 @@ enum Profiler {
 impl Profiler {
     /// Those measured: the build before this one only when one is named.
     fn all() -> Vec<Self> {
-        let mut all = vec![Self::Cpu, Self::OffCpu, Self::OffCpuSlow];
+        let mut all = vec![Self::Cpu, Self::OffCpu, Self::OffCpuDense];
         if before().is_some() {
             all.push(Self::OffCpuBefore);
         }
@@ -84,7 +84,7 @@ impl Profiler {
         match self {
             Self::Cpu => "otel-ctx profile (eBPF, CPU time)",
             Self::OffCpu => "otel-ctx profile --off-cpu (eBPF)",
-            Self::OffCpuSlow => "otel-ctx profile --off-cpu --off-cpu-max-rate 100 (eBPF)",
+            Self::OffCpuDense => "otel-ctx profile --off-cpu --off-cpu-max-rate 1000 (eBPF)",
             Self::OffCpuBefore => "otel-ctx profile --off-cpu (eBPF), the build before",
         }
     }
@@ -104,8 +104,8 @@ impl Profiler {
             Self::OffCpu | Self::OffCpuBefore => {
                 command.arg("--off-cpu");
             }
-            Self::OffCpuSlow => {
-                command.args(["--off-cpu", "--off-cpu-max-rate", "100"]);
+            Self::OffCpuDense => {
+                command.args(["--off-cpu", "--off-cpu-max-rate", "1000"]);
             }
         }
         command

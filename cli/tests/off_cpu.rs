@@ -54,6 +54,9 @@ fn profile(pid: u32, sampler: &str, dir: &Path) -> (BTreeMap<String, (f64, f64)>
         "profile",
         &pid.to_string(),
         "--off-cpu",
+        // More samples than by default: the shares are compared within 15 points.
+        "--off-cpu-max-rate",
+        "1000",
         "--sampler",
         sampler,
         "--duration",

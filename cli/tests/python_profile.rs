@@ -420,8 +420,11 @@ fn python_waits_under_their_functions() {
     let target = python_support::start_with_env(Runtime::Bookworm311, Publisher::Ffi, &env);
     let dir = support::scratch("python-off-cpu");
     let out = dir.join("off-cpu.folded");
+    // More samples than by default: each route's total is checked.
     let args = [
         "--off-cpu",
+        "--off-cpu-max-rate",
+        "1000",
         "--show",
         "off-cpu",
         "--native",

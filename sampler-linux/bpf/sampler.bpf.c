@@ -155,6 +155,8 @@ struct ctx_config {
     __u64 off_cpu_threshold; /* off-CPU samples of waits at least this long (ns); 0: none */
     __u64 off_cpu_chance; /* a call is followed if a random u32 is below it (1 << 32: all);
                            * user space sets (1 << 32) / N, one call in N */
+    __u64 off_cpu_period; /* a wait of t shorter than this (ns, below 1 << 32) is sampled
+                           * with chance t / period, standing for the period; 0: every one */
 };
 
 /* Written by user space: one target process, the value of its `targets` entry. */
@@ -229,7 +231,7 @@ struct ctx_sample {
 };
 
 /* The offsets `src/ebpf/wire.rs` reads. */
-_Static_assert(sizeof(struct ctx_config) == 5 * 8, "ctx_config is 5 words");
+_Static_assert(sizeof(struct ctx_config) == 6 * 8, "ctx_config is 6 words");
 _Static_assert(sizeof(struct ctx_target) == 8 * 8, "ctx_target is 8 words");
 _Static_assert(__builtin_offsetof(struct ctx_sample, pid) == 4, "ctx_sample layout");
 _Static_assert(__builtin_offsetof(struct ctx_sample, state) == 8, "ctx_sample layout");
@@ -795,7 +797,10 @@ int note_switch(unsigned long long *ctx) {
  * it was away: the waits, and the waits for a CPU once woken (the CPU time since it last
  * came back, a few microseconds of the call's end not yet added to the thread's, counts
  * as away). A call away at least the threshold is sampled as a tick would sample it,
- * with that time. The arguments of sys_exit: regs, ret. */
+ * with that time; one away less than the period is sampled by time, as a CPU profile
+ * samples: with a chance of its time in the period, standing for a whole period, so
+ * that long waits are always sampled and the totals stay right. The arguments of
+ * sys_exit: regs, ret. */
 SEC("tp_btf/sys_exit")
 int sample_off_cpu(unsigned long long *ctx) {
     struct task_struct *task = bpf_get_current_task_btf();
@@ -812,6 +817,14 @@ int sample_off_cpu(unsigned long long *ctx) {
     const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
     if (!c || !c->off_cpu_threshold || total < c->off_cpu_threshold)
         return 0;
+    __u64 weight = total;
+    __u64 period = c->off_cpu_period;
+    if (total < period) {
+        /* total < period < 1 << 32: the shift cannot overflow. */
+        if ((__u64)bpf_get_prandom_u32() >= (total << 32) / period)
+            return 0;
+        weight = period;
+    }
     __u32 tgid = (__u32)(pid_tgid >> 32);
     const struct ctx_target *t = bpf_map_lookup_elem(&targets, &tgid);
     if (!t)
@@ -820,7 +833,7 @@ int sample_off_cpu(unsigned long long *ctx) {
     long call = syscall_of(task);
     __u16 named = call >= 0 && call < 0xffff ? (__u16)(call + 1) : 0;
     /* The sample stands for the calls not followed too. */
-    return send_sample(ctx, c, t, pid_tgid, total * one_in, named, &off_cpu_scratch);
+    return send_sample(ctx, c, t, pid_tgid, weight * one_in, named, &off_cpu_scratch);
 }
 
 /* The helpers that read user memory and the current task are GPL-only: the program

@@ -106,21 +106,23 @@ pub struct OffCpu {
     /// The shortest wait sampled: the time of shorter ones is not counted, and they cost
     /// no sample. Default [`DEFAULT_OFF_CPU_THRESHOLD`].
     pub threshold: Duration,
-    /// At least one system call's waits in this many are followed (more often, one in
-    /// more, to keep within [`max_rate`](Self::max_rate)), and each sample stands for
-    /// that many, so that the totals stay right. Default 1 (every one); at least 1.
+    /// One system call's waits in this many are followed, and each sample stands for
+    /// that many, so that the totals stay right: following a call costs its thread
+    /// about 0.3 us. Default 1 (every one); at least 1.
     pub one_in: u32,
-    /// The most off-CPU samples a second, in all: when waits long enough to be sampled
-    /// come faster, the sampler follows one call in as many as keeps them within it
-    /// (looked at four times a second), each sample standing for as many. 0: no bound.
-    /// Default [`DEFAULT_OFF_CPU_MAX_RATE`].
+    /// The most off-CPU samples a second, in all. Waits are sampled by time, as a CPU
+    /// profile samples: a wait shorter than a period is sampled with a chance of its
+    /// time in the period, and then stands for the period, so that long waits are always
+    /// sampled and the totals stay right. The period starts at `1 / max_rate` seconds
+    /// and follows the pace of the samples (looked at four times a second); 0: no bound,
+    /// every wait over the threshold sampled. Default [`DEFAULT_OFF_CPU_MAX_RATE`].
     pub max_rate: u32,
 }
 
-/// [`OffCpu::max_rate`] by default: about half a percent of one CPU for the samples'
-/// copies in the kernel and the profile's work on them (`cli/benches/off_cpu_overhead.rs`:
-/// +1.0% at 1,000 a second on a target whose every wait was sampled).
-pub const DEFAULT_OFF_CPU_MAX_RATE: u32 = 500;
+/// [`OffCpu::max_rate`] by default: about as many as a 99 Hz CPU profile takes of one
+/// busy thread. Each sample copies the thread's stack in the kernel, and its cost reaches
+/// the target beyond the time counted (`cli/benches/off_cpu_overhead.rs`).
+pub const DEFAULT_OFF_CPU_MAX_RATE: u32 = 100;
 
 impl Default for OffCpu {
     fn default() -> Self {

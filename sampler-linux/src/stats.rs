@@ -36,8 +36,9 @@ pub struct SamplerStats {
     /// With off-CPU time, by eBPF: the system calls of followed threads that left their
     /// CPU, followed.
     pub waits: u64,
-    /// Of those, the ones away long enough to be sampled (their samples handed over,
-    /// or lost).
+    /// Of those, the ones sampled: away at least the threshold, and chosen by time
+    /// ([`OffCpu::max_rate`](crate::OffCpu::max_rate)); their samples handed over, or
+    /// lost.
     pub off_cpu_samples: u64,
 }
 

@@ -132,11 +132,12 @@ pub struct Request {
     /// With --off-cpu and eBPF: the shortest wait sampled.
     #[arg(long, default_value = "200us", value_parser = super::parse_duration, allow_negative_numbers = true, requires = "off_cpu")]
     pub off_cpu_threshold: Duration,
-    /// With --off-cpu and eBPF: follow one system call in N at least (in more when the
-    /// samples outpace --off-cpu-max-rate), each sample standing for as many.
+    /// With --off-cpu and eBPF: follow one system call in N, each sample standing for as
+    /// many.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), requires = "off_cpu")]
     pub off_cpu_one_in: u32,
-    /// With --off-cpu and eBPF: the most off-CPU samples a second (0: no bound).
+    /// With --off-cpu and eBPF: the most off-CPU samples a second; waits are sampled by
+    /// time to keep within it, each standing for its share (0: every wait sampled).
     #[arg(long, default_value_t = otel_ctx_sampler::DEFAULT_OFF_CPU_MAX_RATE, requires = "off_cpu")]
     pub off_cpu_max_rate: u32,
     /// What folded and SVG output show with --off-cpu: cpu, off-cpu or wall (both).

@@ -162,7 +162,7 @@ fn time_by(
     if sampled.waits > 0 {
         writeln!(
             f,
-            "off-CPU: {} system calls left a CPU, {} of them away long enough to be sampled",
+            "off-CPU: {} system calls left a CPU, {} of them sampled",
             sampled.waits, sampled.off_cpu_samples
         )?;
     }

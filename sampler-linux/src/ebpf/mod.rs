@@ -410,15 +410,12 @@ impl EbpfSampler {
                     u64::try_from(o.threshold.as_nanos()).map_or(u64::MAX, |ns| ns.max(1))
                 }),
                 off_cpu_one_in: options.off_cpu.map_or(1, |o| o.one_in),
+                off_cpu_period_ns: options
+                    .off_cpu
+                    .map_or(0, |o| off_cpu::Pace::new(o.max_rate).period_ns),
             },
             entry: Vec::with_capacity(wire::SAMPLE_SIZE + options.stack_size),
-            pace: options.off_cpu.map(|o| off_cpu::Pace {
-                least: o.one_in.max(1),
-                max_rate: o.max_rate,
-                one_in: o.one_in.max(1),
-                at: std::time::Instant::now(),
-                taken: 0,
-            }),
+            pace: options.off_cpu.map(|o| off_cpu::Pace::new(o.max_rate)),
         };
         // Configured before the first tick can run it.
         let words = wire::config_words(sampler.capture);
@@ -682,9 +679,9 @@ impl EbpfSampler {
     }
 
     /// With off-CPU samples ([`EbpfOptions::off_cpu`]): keeps them within
-    /// [`OffCpu::max_rate`], following one system call in more (or fewer) from now on,
-    /// when their pace was last looked at a quarter of a second ago or more. Each sample
-    /// stands for the calls not followed when it was taken
+    /// [`OffCpu::max_rate`], sampling the waits shorter than a longer (or shorter) period
+    /// by time from now on, when their pace was last looked at a quarter of a second ago
+    /// or more. Each sample stands for the time it was taken for
     /// ([`EbpfSample::off_cpu_ns`] is weighted). Call it after each
     /// [`wait`](Self::wait).
     pub fn pace_off_cpu(&mut self) {
@@ -701,19 +698,20 @@ impl EbpfSampler {
         let rate = taken.saturating_sub(pace.taken) as f64 / elapsed.as_secs_f64();
         pace.at = std::time::Instant::now();
         pace.taken = taken;
-        let one_in = pace.next(rate);
-        if one_in != pace.one_in {
-            pace.one_in = one_in;
-            self.capture.off_cpu_one_in = one_in;
+        let period = pace.next(rate);
+        if period != pace.period_ns {
+            pace.period_ns = period;
+            self.capture.off_cpu_period_ns = period;
             // A failure keeps the pace before: the samples stay weighted right.
             let _ = self.config.set(0, wire::config_words(self.capture), 0);
         }
     }
 
-    /// One system call in how many the program follows now for off-CPU samples
-    /// ([`pace_off_cpu`](Self::pace_off_cpu)); `None` without them.
-    pub fn off_cpu_one_in(&self) -> Option<u32> {
-        self.pace.map(|p| p.one_in)
+    /// The period by which the program samples waits shorter than it, by time, now
+    /// ([`pace_off_cpu`](Self::pace_off_cpu)): zero when it samples every wait, `None`
+    /// without off-CPU samples.
+    pub fn off_cpu_period(&self) -> Option<Duration> {
+        self.pace.map(|p| Duration::from_nanos(p.period_ns))
     }
 
     /// The program's counts, summed over CPUs.

@@ -51,44 +51,64 @@ pub(super) fn detach(ebpf: &mut Ebpf) {
 /// How often the pace of off-CPU samples is looked at.
 pub(super) const PACE_EVERY: Duration = Duration::from_millis(250);
 
-/// The most calls per one followed that the pace goes to by itself.
-const MAX_ONE_IN: u32 = 1 << 16;
+/// The shortest period of sampling by time: below it, every wait over the threshold is
+/// sampled (the period 0).
+const MIN_PERIOD_NS: u64 = 50_000;
 
-/// The off-CPU samples' pace: one call in how many the program follows, kept so that the
-/// samples come no faster than a bound.
+/// The longest: what the program's arithmetic allows (4.3 s).
+const MAX_PERIOD_NS: u64 = u32::MAX as u64;
+
+/// The off-CPU samples' pace: the period of waiting per sample, kept so that the samples
+/// come no faster than a bound. A wait of `t` shorter than the period is sampled with a
+/// chance of `t / period` and then stands for the period, as a CPU profile samples time:
+/// long waits are always sampled, short ones as often as their time asks.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Pace {
-    /// The fewest calls per one followed (the options' `one_in`).
-    pub least: u32,
     /// The most samples a second (0: no bound).
     pub max_rate: u32,
-    /// One call in how many is followed now.
-    pub one_in: u32,
+    /// The period now (ns; 0: every wait sampled).
+    pub period_ns: u64,
     /// When the samples were last counted, and how many had been taken then.
     pub at: Instant,
     pub taken: u64,
 }
 
 impl Pace {
-    /// One call in how many to follow from now on, the samples having come at `rate` a
-    /// second while one in [`one_in`](Self::one_in) was followed: as many more as the
-    /// rate exceeds the bound by; half as many once the samples come at under half the
-    /// bound; never fewer than [`least`](Self::least) (up to 65,536), nor more than
-    /// 65,536 unless `least` asks for more.
-    pub fn next(&self, rate: f64) -> u32 {
-        let least = self.least.max(1);
-        if self.max_rate == 0 || least >= MAX_ONE_IN {
-            return least;
+    /// The pace at the start, for at most `max_rate` samples a second: a sample per
+    /// `1 / max_rate` seconds of waiting (a thread that waits throughout is sampled at
+    /// the bound's rate), every wait without a bound.
+    pub fn new(max_rate: u32) -> Self {
+        Self {
+            max_rate,
+            period_ns: match max_rate {
+                0 => 0,
+                rate => (1_000_000_000 / u64::from(rate)).clamp(MIN_PERIOD_NS, MAX_PERIOD_NS),
+            },
+            at: Instant::now(),
+            taken: 0,
+        }
+    }
+
+    /// The period from now on, the samples having come at `rate` a second under
+    /// [`period_ns`](Self::period_ns): as much longer as the rate exceeds the bound by;
+    /// half as long once they come at under half the bound, down to 0 (every wait)
+    /// below 50 us; at most 4.3 s.
+    pub fn next(&self, rate: f64) -> u64 {
+        if self.max_rate == 0 {
+            return 0;
         }
         let bound = f64::from(self.max_rate);
-        let one_in = if rate > bound {
-            (f64::from(self.one_in) * rate / bound).ceil() as u32
+        let period = if rate > bound {
+            (self.period_ns.max(MIN_PERIOD_NS) as f64 * rate / bound).ceil() as u64
         } else if rate < bound / 2.0 {
-            self.one_in / 2
+            self.period_ns / 2
         } else {
-            self.one_in
+            self.period_ns
         };
-        one_in.clamp(least, MAX_ONE_IN)
+        match period {
+            p if p < MIN_PERIOD_NS => 0,
+            p => p.min(MAX_PERIOD_NS),
+        }
     }
 }
 
@@ -106,36 +126,26 @@ mod tests {
 
     #[test]
     fn the_pace_keeps_samples_within_the_bound() {
-        let pace = |one_in| Pace {
-            least: 1,
-            max_rate: 1000,
-            one_in,
-            at: Instant::now(),
-            taken: 0,
+        let pace = |period_ns| Pace {
+            period_ns,
+            ..Pace::new(1000)
         };
-        // 9,500 samples a second following every call: one in 10 from now on.
-        assert_eq!(pace(1).next(9_500.0), 10);
-        // Within the bound: kept; well under it: halved, down to the least.
-        assert_eq!(pace(10).next(800.0), 10);
-        assert_eq!(pace(10).next(300.0), 5);
-        assert_eq!(pace(1).next(0.0), 1);
-        let least = Pace {
-            least: 4,
-            ..pace(4)
-        };
-        assert_eq!(least.next(0.0), 4);
-        // No bound: the least, whatever the rate.
-        let unbounded = Pace {
-            max_rate: 0,
-            ..pace(8)
-        };
-        assert_eq!(unbounded.next(1e9), 1);
-        assert_eq!(pace(1 << 16).next(1e12), 1 << 16);
-        // A least past the pace's own ceiling is kept as asked, at any rate.
-        let huge = Pace {
-            least: 100_000,
-            ..pace(100_000)
-        };
-        assert_eq!((huge.next(1e9), huge.next(0.0)), (100_000, 100_000));
+        // A sample per millisecond of waiting at the start, for 1,000 a second.
+        assert_eq!(Pace::new(1000).period_ns, 1_000_000);
+        assert_eq!(Pace::new(100).period_ns, 10_000_000);
+        // 9,500 samples a second: a period 9.5 times as long.
+        assert_eq!(pace(1_000_000).next(9_500.0), 9_500_000);
+        // Every wait sampled and too many: from the shortest period up.
+        assert_eq!(pace(0).next(2_000.0), 100_000);
+        // Within the bound: kept; well under it: halved, then every wait.
+        assert_eq!(pace(1_000_000).next(800.0), 1_000_000);
+        assert_eq!(pace(1_000_000).next(300.0), 500_000);
+        assert_eq!(pace(60_000).next(0.0), 0);
+        assert_eq!(pace(0).next(0.0), 0);
+        // At most what the program's arithmetic takes.
+        assert_eq!(pace(1 << 31).next(1e9), u64::from(u32::MAX));
+        // No bound: every wait, whatever the rate.
+        let unbounded = Pace::new(0);
+        assert_eq!((unbounded.period_ns, unbounded.next(1e9)), (0, 0));
     }
 }

@@ -15,7 +15,7 @@ use otel_ctx_reader::thread::tls::{Resolution, SampleError, SlotContents, SlotLo
 use otel_ctx_reader::UserRegisters;
 
 /// Number of `u64` words of `struct ctx_config`.
-pub(crate) const CONFIG_WORDS: usize = 5;
+pub(crate) const CONFIG_WORDS: usize = 6;
 
 /// Number of `u64` words of `struct ctx_target`.
 pub(crate) const TARGET_WORDS: usize = 8;
@@ -44,6 +44,8 @@ pub(crate) struct Capture {
     pub off_cpu_threshold_ns: u64,
     /// One switch away from a CPU in how many is followed (at least 1).
     pub off_cpu_one_in: u32,
+    /// Waits shorter than this (ns) are sampled by time; 0: every one.
+    pub off_cpu_period_ns: u64,
 }
 
 /// `off_cpu_chance`: a switch is followed when a random `u32` is below it; `1 << 32`
@@ -80,6 +82,8 @@ pub(crate) fn config_words(capture: Capture) -> [u64; CONFIG_WORDS] {
         capture.wakeup_bytes,
         capture.off_cpu_threshold_ns,
         off_cpu_chance(capture.off_cpu_one_in),
+        // Below 1 << 32, as the program's arithmetic needs (4.3 s).
+        capture.off_cpu_period_ns.min(u64::from(u32::MAX)),
     ]
 }
 
@@ -367,19 +371,27 @@ mod tests {
             wakeup_bytes: 4096,
             off_cpu_threshold_ns: 0,
             off_cpu_one_in: 1,
+            off_cpu_period_ns: 0,
         };
         assert_eq!(
             config_words(capture),
-            [65536, 1, 4096, 0, 1 << 32],
+            [65536, 1, 4096, 0, 1 << 32, 0],
             "the stack is cut to what the program has room for"
         );
-        // Off-CPU samples of waits of 200 us or more, one switch in 4 followed.
+        // Off-CPU samples of waits of 200 us or more, one switch in 4 followed, those
+        // under 10 ms sampled by time; a period past the program's arithmetic is cut.
         let off_cpu = Capture {
             off_cpu_threshold_ns: 200_000,
             off_cpu_one_in: 4,
+            off_cpu_period_ns: 10_000_000,
             ..capture
         };
-        assert_eq!(config_words(off_cpu)[3..], [200_000, 1 << 30]);
+        assert_eq!(config_words(off_cpu)[3..], [200_000, 1 << 30, 10_000_000]);
+        let long = Capture {
+            off_cpu_period_ns: 1 << 40,
+            ..off_cpu
+        };
+        assert_eq!(config_words(long)[5], u64::from(u32::MAX));
         assert_eq!(
             target_words(Some(&r), 3, 640),
             [1, (-72i64) as u64, 0, 0, 0, 0, 3, 612]
