@@ -32,6 +32,7 @@
 #define MAP_TYPE_LRU_HASH 9
 #define MAP_TYPE_TASK_STORAGE 29
 #define MAP_NO_PREALLOC 1             /* BPF_F_NO_PREALLOC, which local storage requires */
+#define PF_KTHREAD 0x00200000         /* task_struct.flags: a kernel thread */
 #define LOCAL_STORAGE_GET_CREATE 1    /* BPF_LOCAL_STORAGE_GET_F_CREATE */
 
 /* The kernel's structures, reduced to the fields read; CO-RE relocates the offsets
@@ -57,8 +58,9 @@ struct sched_entity {
 } __attribute__((preserve_access_index));
 
 struct task_struct {
-    int pid;  /* the thread id */
-    int tgid; /* the process id */
+    unsigned int flags; /* PF_* */
+    int pid;            /* the thread id */
+    int tgid;           /* the process id */
     struct thread_struct thread;
     struct sched_entity se;
 } __attribute__((preserve_access_index));
@@ -756,6 +758,9 @@ int note_switch(unsigned long long *ctx) {
     if (ctx[0])
         return 0;
     struct task_struct *prev = (struct task_struct *)ctx[1];
+    /* The idle task and the kernel's threads: never a target's. */
+    if (!prev->pid || (prev->flags & PF_KTHREAD))
+        return 0;
     struct away *left = bpf_task_storage_get(&away, prev, 0, 0);
     /* A followed call's later waits: its first one noted the start. */
     if (left && left->active)
@@ -764,8 +769,11 @@ int note_switch(unsigned long long *ctx) {
     const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
     if (!c || !c->off_cpu_threshold)
         return 0;
+    /* Storage is made for a target's threads only: a thread without it is looked up. (A
+     * process no longer followed keeps its threads' until they end; their calls are
+     * followed for nothing, the return finding no target to sample for.) */
     __u32 tgid = (__u32)prev->tgid;
-    if (!bpf_map_lookup_elem(&targets, &tgid))
+    if (!left && !bpf_map_lookup_elem(&targets, &tgid))
         return 0;
     /* Outside a system call (a page fault's wait) no return comes to sample it at. */
     if (syscall_of(prev) < 0)
