@@ -2,10 +2,10 @@
 //! tracepoints, `note_switch` at `sched_switch` (a thread of a followed process first
 //! leaves its CPU inside a system call: the time and its CPU time are noted) and
 //! `sample_off_cpu` at `sys_exit` (the call returns, on the thread: the time since less
-//! the CPU time since is its time away, sampled when long enough). Tracepoints, not a kprobe or the BPF
-//! trampoline at `finish_task_switch`: kernels built without kprobes, or that refuse the
-//! trampoline there (the function is often renamed `finish_task_switch.isra.0`), still
-//! have them.
+//! the CPU time since is its time away, sampled when long enough). Tracepoints, not a
+//! kprobe or the BPF trampoline at `finish_task_switch`: kernels built without kprobes,
+//! or that refuse the trampoline there (the function is often renamed
+//! `finish_task_switch.isra.0`), still have them.
 
 use std::time::{Duration, Instant};
 
