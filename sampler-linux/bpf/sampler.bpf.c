@@ -310,7 +310,6 @@ struct away {
     __u64 active; /* 1 while a system call is followed */
     __u64 since;  /* bpf_ktime_get_ns() when the call first left its CPU */
     __u64 ran;    /* the thread's se.sum_exec_runtime then */
-    __u64 one_in; /* the call was followed as one in this many */
 };
 struct {
     __uint(type, MAP_TYPE_TASK_STORAGE);
@@ -790,10 +789,6 @@ int note_switch(unsigned long long *ctx) {
     left->since = bpf_ktime_get_ns();
     /* Brought up to date as the thread left its CPU, before this tracepoint. */
     left->ran = prev->se.sum_exec_runtime;
-    /* The chance in force now, as the N of one in N (the chance is (1 << 32) / N). */
-    left->one_in = c->off_cpu_chance > 0xffffffffULL || !c->off_cpu_chance
-                       ? 1
-                       : 0x100000000ULL / c->off_cpu_chance;
     count(COUNT_SWITCHES);
     return 0;
 }
@@ -819,7 +814,6 @@ int sample_off_cpu(unsigned long long *ctx) {
     __u64 wall = bpf_ktime_get_ns() - waited->since;
     __u64 ran = task->se.sum_exec_runtime - waited->ran;
     __u64 total = wall > ran ? wall - ran : 0;
-    __u64 one_in = waited->one_in ? waited->one_in : 1;
     __u64 pid_tgid = bpf_get_current_pid_tgid();
     __u32 zero = 0;
     const struct ctx_config *c = bpf_map_lookup_elem(&config, &zero);
@@ -840,7 +834,11 @@ int sample_off_cpu(unsigned long long *ctx) {
     count(COUNT_OFF_CPU);
     long call = syscall_of(task);
     __u16 named = call >= 0 && call < 0xffff ? (__u16)(call + 1) : 0;
-    /* The sample stands for the calls not followed too. */
+    /* The sample stands for the calls not followed too: one in N is, N the same for the
+     * whole run (the chance is (1 << 32) / N). */
+    __u64 one_in = c->off_cpu_chance > 0xffffffffULL || !c->off_cpu_chance
+                       ? 1
+                       : 0x100000000ULL / c->off_cpu_chance;
     return send_sample(ctx, c, t, pid_tgid, weight * one_in, named, &off_cpu_scratch);
 }
 

@@ -393,6 +393,7 @@ impl EbpfSampler {
         let targets_map = BpfHashMap::try_from(map(&mut ebpf, "targets")?).map_err(setup)?;
         let counters = PerCpuArray::try_from(map(&mut ebpf, "counters")?).map_err(setup)?;
         let ring = RingBuf::try_from(map(&mut ebpf, "samples")?).map_err(setup)?;
+        let pace = options.off_cpu.map(|o| off_cpu::Pace::new(o.max_rate));
         let mut sampler = Self {
             ebpf,
             config,
@@ -410,12 +411,10 @@ impl EbpfSampler {
                     u64::try_from(o.threshold.as_nanos()).map_or(u64::MAX, |ns| ns.max(1))
                 }),
                 off_cpu_one_in: options.off_cpu.map_or(1, |o| o.one_in),
-                off_cpu_period_ns: options
-                    .off_cpu
-                    .map_or(0, |o| off_cpu::Pace::new(o.max_rate).period_ns),
+                off_cpu_period_ns: pace.map_or(0, |p| p.period_ns),
             },
             entry: Vec::with_capacity(wire::SAMPLE_SIZE + options.stack_size),
-            pace: options.off_cpu.map(|o| off_cpu::Pace::new(o.max_rate)),
+            pace,
         };
         // Configured before the first tick can run it.
         let words = wire::config_words(sampler.capture);
@@ -705,13 +704,6 @@ impl EbpfSampler {
             // A failure keeps the pace before: the samples stay weighted right.
             let _ = self.config.set(0, wire::config_words(self.capture), 0);
         }
-    }
-
-    /// The period by which the program samples waits shorter than it, by time, now
-    /// ([`pace_off_cpu`](Self::pace_off_cpu)): zero when it samples every wait, `None`
-    /// without off-CPU samples.
-    pub fn off_cpu_period(&self) -> Option<Duration> {
-        self.pace.map(|p| Duration::from_nanos(p.period_ns))
     }
 
     /// The program's counts, summed over CPUs.
