@@ -7,14 +7,16 @@
 //! default bound of samples a second) and the same within 1000 samples a second run at
 //! 99 Hz for one window.
 //!
-//! Every window with a profiler sits between two without one and is compared with their
-//! mean; each row reports the median and quartiles of its per-window slowdowns (passes
-//! per second), the profiler's own CPU time as a share of a CPU, and, with `--off-cpu`,
-//! its CPU per off-CPU sample (the waits it sampled, from its summary). Beside them, the
-//! kernel's count of the BPF programs' own run time (`kernel.bpf_stats_enabled`, on for
-//! the run): time the profiler takes on the CPUs of the threads it follows, which no
-//! process's CPU clock shows as its own. The switch rate is the target's own count
-//! (`voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of its threads).
+//! The profilers take turns, round after round; every window with a profiler sits between
+//! two without one and is compared with their mean; each row reports the median and
+//! quartiles of its per-window slowdowns (passes per second), the profiler's own CPU time
+//! as a share of a CPU, and, with `--off-cpu`, its CPU per off-CPU sample (the waits it
+//! sampled, from its summary). Beside them, the kernel's count of the BPF programs' own
+//! run time (`kernel.bpf_stats_enabled`): time the profiler takes on the CPUs of the
+//! threads it follows, which no process's CPU clock shows as its own. Counting costs time
+//! at every run of a program, so the count is on only in one more window of each row,
+//! after the rounds, whose slowdown is not counted. The switch rate is the target's own
+//! count (`voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of its threads).
 //!
 //! `cargo bench -p otel-ctx --features ebpf --bench off_cpu_overhead` as root.
 //! `OTEL_CTX_BENCH_WINDOW_S` (default 3) and `OTEL_CTX_BENCH_ROUNDS` (default 5) set the
@@ -234,6 +236,19 @@ fn window(target: &mut Target, profiler: Profiler, secs: u64) -> Window {
     }
 }
 
+/// What the rounds of one profiler measured.
+#[derive(Default)]
+struct Tally {
+    /// Each window's slowdown of the target, beside the mean of the windows around it.
+    slowdowns: Vec<f64>,
+    /// The profiler's CPU seconds in the measured spans.
+    cpu_s: f64,
+    /// The off-CPU samples its summaries count.
+    samples: u64,
+    /// The measured spans' seconds.
+    measured: f64,
+}
+
 /// ns per run of a program's `(runs, ns)`, or `-` when it did not run.
 fn per_run((runs, ns): (u64, u64)) -> String {
     match runs {
@@ -254,7 +269,9 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let stats_before = std::fs::read_to_string(STATS).unwrap_or_else(|_| "0".into());
-    std::fs::write(STATS, "1").expect("switch on BPF run-time statistics (needs root)");
+    let stats =
+        |on: &str| std::fs::write(STATS, on).expect("switch BPF run-time statistics (needs root)");
+    stats("0");
     let exe = support::c_target(&scratch(), "switches");
     let mut command = Command::new(exe);
     command.arg(PAIRS);
@@ -271,24 +288,39 @@ fn main() {
         println!("\n{wanted:.0} switches/s asked: spin {spin}, {reached:.0} switches/s unprofiled");
         println!("| profiler, 99 Hz | target slowdown, median (quartiles) | profiler CPU, % of one CPU | profiler CPU per off-CPU sample | BPF, % of one CPU | BPF per switch of the target | ns per run: switch, return, tick |");
         println!("|---|---:|---:|---:|---:|---:|---:|");
-        for profiler in Profiler::all() {
-            let mut slowdowns = Vec::new();
-            let (mut cpu_s, mut samples, mut measured) = (0.0, 0u64, 0.0);
-            let (mut switched, mut bpf) = (0u64, [(0u64, 0u64); 3]);
-            for _ in 0..rounds {
-                let (before, _) = rates(&mut target, Duration::from_secs(secs));
+        // Rounds of every profiler in turn, so that a drift of the host's speed over the
+        // run weighs on each alike; each window between two without a profiler.
+        let profilers = Profiler::all();
+        let mut tally: Vec<Tally> = profilers.iter().map(|_| Tally::default()).collect();
+        let (mut before, _) = rates(&mut target, Duration::from_secs(secs));
+        for _ in 0..rounds {
+            for (profiler, tally) in profilers.iter().zip(&mut tally) {
                 let started = Instant::now();
-                let with = window(&mut target, profiler, secs);
-                measured += started.elapsed().as_secs_f64().min(secs as f64);
+                let with = window(&mut target, *profiler, secs);
+                tally.measured += started.elapsed().as_secs_f64().min(secs as f64);
                 let (after, _) = rates(&mut target, Duration::from_secs(secs));
-                slowdowns.push(1.0 - with.rate / ((before + after) / 2.0));
-                cpu_s += with.cpu_s;
-                samples += with.sampled;
-                switched += with.switches;
-                for (sum, one) in bpf.iter_mut().zip(with.bpf) {
-                    *sum = (sum.0 + one.0, sum.1 + one.1);
-                }
+                tally
+                    .slowdowns
+                    .push(1.0 - with.rate / ((before + after) / 2.0));
+                tally.cpu_s += with.cpu_s;
+                tally.samples += with.sampled;
+                before = after;
             }
+        }
+        for (profiler, tally) in profilers.into_iter().zip(tally) {
+            let Tally {
+                slowdowns,
+                cpu_s,
+                samples,
+                measured,
+            } = tally;
+            // The BPF programs' run time, in a window of its own.
+            stats("1");
+            let started = Instant::now();
+            let counted = window(&mut target, profiler, secs);
+            let counted_s = started.elapsed().as_secs_f64().min(secs as f64);
+            stats("0");
+            let (switched, bpf) = (counted.switches, counted.bpf);
             let (q1, median, q3) = support::quartiles(slowdowns);
             let per_sample = match samples {
                 0 => "-".to_owned(),
@@ -304,7 +336,7 @@ fn main() {
                 q1 * 100.0,
                 q3 * 100.0,
                 cpu_s * 100.0 / measured.max(1e-9),
-                bpf_ns as f64 / 1e7 / measured.max(1e-9),
+                bpf_ns as f64 / 1e7 / counted_s.max(1e-9),
                 per_run(bpf[0]),
                 per_run(bpf[1]),
                 per_run(bpf[2]),
