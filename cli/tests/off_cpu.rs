@@ -192,3 +192,50 @@ fn watch_shows_the_split() {
     }
     fixture.finish();
 }
+
+/// `--off-cpu-one-in 4` follows one system call in four and weighs each sample by four:
+/// every route's off-CPU time comes out as when every call is followed (each wait
+/// sampled, no bound on the rate, so that only the choice of calls varies). The dice
+/// are rolled once a call, however many times it leaves its CPU.
+#[test]
+fn one_call_in_n_stands_for_n() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = build_publisher(
+        "off_cpu.c",
+        "cli-off-cpu-one-in",
+        &["-fno-omit-frame-pointer"],
+    );
+    let fixture = Fixture::start(&exe, &[]);
+    let pid = fixture.pid.to_string();
+    let off_by_route = |one_in: &str| {
+        let args = ["profile", &pid, "--off-cpu", "--off-cpu-max-rate", "0"];
+        let more = [
+            "--off-cpu-one-in",
+            one_in,
+            "--duration",
+            "4s",
+            "--format",
+            "folded",
+        ];
+        let out = run(&[&args[..], &more[..]].concat());
+        let summary = text(&out.stderr);
+        assert!(out.status.success(), "{summary}");
+        let times = times(&summary);
+        assert!(times.len() >= 4, "{summary}");
+        times
+    };
+    let every = off_by_route("1");
+    let one_in_four = off_by_route("4");
+    for (route, &(_, off)) in &every {
+        if route == "/cpu" {
+            continue;
+        }
+        let quarter = one_in_four.get(route).map_or(0.0, |t| t.1);
+        let ratio = quarter / off.max(1e-9);
+        assert!(
+            (0.75..=1.25).contains(&ratio),
+            "{route}: {quarter:.2} s off a CPU following one call in 4, {off:.2} s following all"
+        );
+    }
+    fixture.finish();
+}

@@ -301,13 +301,13 @@ struct {
     __type(value, __u64);
 } counters SEC(".maps");
 
-/* Each followed thread's system call, in the thread's own task storage (a pointer away
+/* Each target thread's system call, in the thread's own task storage (a pointer away
  * from the task, where a hash map would cost a lookup on every switch of the host):
  * whether a call is followed, when it first left its CPU and the thread's CPU time then.
  * At the call's return, the time since less the CPU time since is the time it was away.
- * Made at a followed thread's first wait, freed with the thread. */
+ * Made at a target thread's first wait in a system call, freed with the thread. */
 struct away {
-    __u64 active; /* 1 while a system call is followed */
+    __u64 active; /* AWAY_FOLLOWED or AWAY_PASSED while a call is in, 0 otherwise */
     __u64 since;  /* bpf_ktime_get_ns() when the call first left its CPU */
     __u64 ran;    /* the thread's se.sum_exec_runtime then */
 };
@@ -317,6 +317,11 @@ struct {
     __type(key, int);
     __type(value, struct away);
 } away SEC(".maps");
+
+/* struct away's `active`: the call's waits are followed; the call was passed over (one
+ * in N followed: the dice are rolled once a call, at its first wait). */
+#define AWAY_FOLLOWED 1
+#define AWAY_PASSED 2
 
 /* Where an off-CPU sample is built: one entry per CPU, apart from the ticks' (a tick can
  * interrupt the program at a system call's return, which is not guarded against it). */
@@ -761,7 +766,7 @@ int note_switch(unsigned long long *ctx) {
     if (!prev->pid || (prev->flags & PF_KTHREAD))
         return 0;
     struct away *left = bpf_task_storage_get(&away, prev, 0, 0);
-    /* A followed call's later waits: its first one noted the start. */
+    /* A call's later waits: its first one noted the start, or passed it over. */
     if (left && left->active)
         return 0;
     __u32 zero = 0;
@@ -777,15 +782,17 @@ int note_switch(unsigned long long *ctx) {
     /* Outside a system call (a page fault's wait) no return comes to sample it at. */
     if (syscall_of(prev) < 0)
         return 0;
-    /* One system call's waits in 1/chance are followed; user space weighs each sample
-     * by it. */
-    if (c->off_cpu_chance <= 0xffffffffULL && bpf_get_prandom_u32() >= c->off_cpu_chance)
-        return 0;
     if (!left)
         left = bpf_task_storage_get(&away, prev, 0, LOCAL_STORAGE_GET_CREATE);
     if (!left)
         return 0;
-    left->active = 1;
+    /* One system call in 1/chance is followed, whatever its number of waits; each
+     * sample stands for the calls passed over too. */
+    if (c->off_cpu_chance <= 0xffffffffULL && bpf_get_prandom_u32() >= c->off_cpu_chance) {
+        left->active = AWAY_PASSED;
+        return 0;
+    }
+    left->active = AWAY_FOLLOWED;
     left->since = bpf_ktime_get_ns();
     /* Brought up to date as the thread left its CPU, before this tracepoint. */
     left->ran = prev->se.sum_exec_runtime;
@@ -810,7 +817,10 @@ int sample_off_cpu(unsigned long long *ctx) {
     struct away *waited = bpf_task_storage_get(&away, task, 0, 0);
     if (!waited || !waited->active)
         return 0;
+    __u64 followed = waited->active == AWAY_FOLLOWED;
     waited->active = 0;
+    if (!followed)
+        return 0;
     __u64 wall = bpf_ktime_get_ns() - waited->since;
     __u64 ran = task->se.sum_exec_runtime - waited->ran;
     __u64 total = wall > ran ? wall - ran : 0;
