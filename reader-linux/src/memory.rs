@@ -409,6 +409,35 @@ impl crate::thread::tls::TargetMemory for ProcessMemory {
     }
 }
 
+/// A process's memory with copies of some of it already taken while a thread was
+/// stopped (its stack, from the stack pointer up, which on x86_64 takes its static TLS
+/// too): a read that one copy holds whole comes from it, without a system call, and
+/// says what the target held when it was copied; any other read copies from the
+/// process.
+#[derive(Clone, Copy, Debug)]
+pub struct CopiedMemory<'a, const N: usize> {
+    /// The copies, each with the address it was copied from.
+    pub copies: [(u64, &'a [u8]); N],
+    /// Where the rest is read.
+    pub memory: &'a ProcessMemory,
+}
+
+impl<const N: usize> crate::thread::tls::TargetMemory for CopiedMemory<'_, N> {
+    fn read_exact_at(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        for (at, bytes) in self.copies {
+            let held = addr
+                .checked_sub(at)
+                .and_then(|from| usize::try_from(from).ok())
+                .and_then(|from| bytes.get(from..from.checked_add(buf.len())?));
+            if let Some(held) = held {
+                buf.copy_from_slice(held);
+                return Ok(());
+            }
+        }
+        self.memory.read_exact_at(addr, buf)
+    }
+}
+
 /// The error of a failed copy, told apart by whether the process is still there.
 impl Error {
     /// Turns a failed copy of `what` (such as `the header`) out of process `pid` into an
@@ -448,6 +477,34 @@ mod tests {
             mem.read_exact(addr, &mut out).unwrap();
             assert_eq!(&out[..], &data[..], "{method:?}");
         }
+    }
+
+    #[test]
+    fn a_copy_answers_what_it_holds_whole_and_the_process_the_rest() {
+        use crate::thread::tls::TargetMemory;
+        let data: Vec<u8> = (0..64).collect();
+        let addr = data.as_ptr() as u64;
+        // A copy that says something else than the memory now: which one answered shows.
+        let copy = [0xaau8; 16];
+        let memory = ProcessMemory::new(own_pid(), ReadMethod::Auto);
+        let copied = CopiedMemory {
+            copies: [(addr + 8, &copy[..])],
+            memory: &memory,
+        };
+        let mut out = [0u8; 8];
+        copied.read_exact_at(addr + 16, &mut out).unwrap();
+        assert_eq!(out, [0xaa; 8]);
+        // Straddling the copy's end, or before it: from the process.
+        copied.read_exact_at(addr + 20, &mut out).unwrap();
+        assert_eq!(out[..], data[20..28]);
+        copied.read_exact_at(addr, &mut out).unwrap();
+        assert_eq!(out[..], data[..8]);
+        // Past the end of the address space: an error, no panic.
+        let at_end = CopiedMemory {
+            copies: [(u64::MAX - 4, &copy[..4])],
+            memory: &memory,
+        };
+        assert!(at_end.read_exact_at(u64::MAX - 2, &mut out).is_err());
     }
 
     #[test]

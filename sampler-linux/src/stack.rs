@@ -148,8 +148,10 @@ pub fn sample_with_stack_into<'a>(
     buffer: &'a mut RecordBuffer,
     stack: &mut StackBuffer,
 ) -> Result<(UserRegisters, Option<ThreadContextRef<'a>>), SampleError> {
-    reader.sample_stopped_into(tid, buffer, |stopped, memory| {
-        copy_stopped_stack(stopped, memory, stack)
+    reader.sample_stopped_over_into(tid, buffer, move |stopped, memory| {
+        let (registers, thread_pointer) = copy_stopped_stack(stopped, memory, stack)?;
+        let copy = (registers.sp, stack.bytes());
+        Ok((registers, thread_pointer, copy))
     })
 }
 
@@ -174,11 +176,11 @@ pub fn sample_with_python_into<'a>(
     SampleError,
 > {
     let ((registers, walked), context) =
-        reader.sample_stopped_into(tid, buffer, |stopped, memory| {
+        reader.sample_stopped_over_into(tid, buffer, move |stopped, memory| {
             let (registers, thread_pointer) = copy_stopped_stack(stopped, memory, stack)?;
-            let copied = Some((registers.sp, stack.bytes()));
-            let walked = python.sample_over(tid, Some(thread_pointer), copied, frames);
-            Ok(((registers, walked), thread_pointer))
+            let copy = (registers.sp, stack.bytes());
+            let walked = python.sample_over(tid, Some(thread_pointer), Some(copy), frames);
+            Ok(((registers, walked), thread_pointer, copy))
         })?;
     Ok((registers, context, walked))
 }

@@ -11,7 +11,7 @@ use otel_ctx_codec::threadlocal::{MAX_KEY_MAP_LEN, SCHEMA_TLSDESC_V1_DEV, SCHEMA
 
 use crate::error::Error;
 use crate::maps::ProcessMaps;
-use crate::memory::{ProcessMemory, ReadMethod};
+use crate::memory::{CopiedMemory, ProcessMemory, ReadMethod};
 use crate::process::reader::{ProcessContextReader, ReaderOptions};
 use crate::thread::tls::{
     loaded_modules, read_slot_into, read_stopped, resolve, ElfCache, Libc, LoadedModule,
@@ -506,17 +506,38 @@ impl ThreadReader {
         buffer: &'a mut RecordBuffer,
         while_stopped: impl FnOnce(&StoppedThread, &ProcessMemory) -> Result<(T, u64), SampleError>,
     ) -> Result<(T, Option<ThreadContextRef<'a>>), SampleError> {
+        self.sample_stopped_over_into(tid, buffer, |stopped, memory| {
+            let (outcome, thread_pointer) = while_stopped(stopped, memory)?;
+            Ok((outcome, thread_pointer, (0, &[][..])))
+        })
+    }
+
+    /// [`sample_stopped_into`](Self::sample_stopped_into), where `while_stopped` also
+    /// hands back what it copied of the thread's memory, with the address it was copied
+    /// from (its stack, from the stack pointer up: on x86_64 a worker thread's static
+    /// TLS lies at its top). The slot is read from the copy when the copy holds it: one
+    /// system call fewer, and the same bytes, the thread being stopped.
+    pub fn sample_stopped_over_into<'a, 's, T>(
+        &'a mut self,
+        tid: u32,
+        buffer: &'a mut RecordBuffer,
+        while_stopped: impl FnOnce(
+            &StoppedThread,
+            &ProcessMemory,
+        ) -> Result<(T, u64, (u64, &'s [u8])), SampleError>,
+    ) -> Result<(T, Option<ThreadContextRef<'a>>), SampleError> {
         let (outcome, contents) = {
             let stopped = StoppedThread::stop(tid)?;
-            let (outcome, thread_pointer) = while_stopped(&stopped, &self.memory)?;
-            let contents = match self.resolution.slot_address(thread_pointer, &self.memory)? {
+            let (outcome, thread_pointer, copy) = while_stopped(&stopped, &self.memory)?;
+            let memory = CopiedMemory {
+                copies: [copy],
+                memory: &self.memory,
+            };
+            let contents = match self.resolution.slot_address(thread_pointer, &memory)? {
                 None => SlotContents::Null,
-                Some(slot) => read_slot_into(
-                    slot,
-                    &self.memory,
-                    self.max_record_size,
-                    &mut buffer.attrs_data,
-                )?,
+                Some(slot) => {
+                    read_slot_into(slot, &memory, self.max_record_size, &mut buffer.attrs_data)?
+                }
             };
             (outcome, contents)
             // `stopped` is dropped here: the thread runs on.

@@ -7,7 +7,7 @@ use super::frame::{
 };
 use super::names::stamp;
 use super::PythonProcess;
-use otel_ctx_reader::memory::{CopyError, ProcessMemory};
+use otel_ctx_reader::memory::{CopiedMemory, CopyError, ProcessMemory};
 use otel_ctx_reader::thread::tls::TargetMemory;
 
 /// The most interpreters (the main one and subinterpreters) looked through.
@@ -157,30 +157,6 @@ impl<'a> FrameWindow<'a> {
 /// The most bytes of a thread state read with its `native_thread_id`.
 const TSTATE_HEAD: usize = 256;
 
-/// The target's memory, with what was already copied while the thread is stopped read
-/// from the copies.
-struct Copied<'a> {
-    /// Copies of the target's memory, each at its address.
-    regions: [(u64, &'a [u8]); 2],
-    memory: &'a ProcessMemory,
-}
-
-impl TargetMemory for Copied<'_> {
-    fn read_exact_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        for (at, bytes) in self.regions {
-            let held = addr
-                .checked_sub(at)
-                .and_then(|from| usize::try_from(from).ok())
-                .and_then(|from| bytes.get(from..from.checked_add(buf.len())?));
-            if let Some(held) = held {
-                buf.copy_from_slice(held);
-                return Ok(());
-            }
-        }
-        self.memory.read_exact_at(addr, buf)
-    }
-}
-
 impl PythonProcess {
     /// The main interpreter's first thread state address.
     pub(crate) fn interpreter_head(&self) -> Result<u64, PythonError> {
@@ -202,7 +178,7 @@ impl PythonProcess {
     /// and the thread is attached (`thread_pointer` is the stopped thread's), else found
     /// in the interpreters' lists of thread states by `native_thread_id` (and remembered).
     pub fn thread_state(&self, tid: u32, thread_pointer: Option<u64>) -> Result<u64, PythonError> {
-        self.thread_state_head(tid, thread_pointer, &mut [])
+        self.thread_state_head(tid, thread_pointer, None, &mut [])
             .map(|(tstate, _)| tstate)
     }
 
@@ -227,12 +203,18 @@ impl PythonProcess {
         &self,
         tid: u32,
         thread_pointer: Option<u64>,
+        copied: Option<(u64, &[u8])>,
         head: &mut [u8],
     ) -> Result<(u64, usize), PythonError> {
         let mem: &dyn TargetMemory = &self.memory;
         if let (Some(tls), Some(tp)) = (&self.tstate_tls, thread_pointer) {
-            if let Ok(Some(slot)) = tls.slot_address(tp, mem) {
-                let tstate = word(mem, "_Py_tss_tstate", slot)?;
+            // The slot is in the static TLS, which on x86_64 a worker's stack copy holds.
+            let copy = CopiedMemory {
+                copies: [copied.unwrap_or((0, &[]))],
+                memory: &self.memory,
+            };
+            if let Ok(Some(slot)) = tls.slot_address(tp, &copy) {
+                let tstate = word(&copy, "_Py_tss_tstate", slot)?;
                 if tstate != 0 {
                     return Ok((tstate, 0));
                 }
@@ -532,12 +514,12 @@ impl PythonProcess {
     ) -> Result<(), PythonError> {
         stack.clear();
         let mut head = [0u8; TSTATE_HEAD];
-        let (tstate, head_len) = self.thread_state_head(tid, thread_pointer, &mut head)?;
+        let (tstate, head_len) = self.thread_state_head(tid, thread_pointer, copied, &mut head)?;
         let head_at = self
             .tstate_head()
             .map_or(0, |(from, _)| tstate.wrapping_add(from));
-        let mem = Copied {
-            regions: [(head_at, &head[..head_len]), copied.unwrap_or((0, &[]))],
+        let mem = CopiedMemory {
+            copies: [(head_at, &head[..head_len]), copied.unwrap_or((0, &[]))],
             memory: &self.memory,
         };
         self.walk_in(&mem, tstate, stack)
