@@ -207,17 +207,12 @@ fn one_call_in_n_stands_for_n() {
     );
     let fixture = Fixture::start(&exe, &[]);
     let pid = fixture.pid.to_string();
+    let dir = scratch("off-cpu-one-in");
     let off_by_route = |one_in: &str| {
+        let out = dir.join(format!("one-in-{one_in}.folded"));
         let args = ["profile", &pid, "--off-cpu", "--off-cpu-max-rate", "0"];
-        let more = [
-            "--off-cpu-one-in",
-            one_in,
-            "--duration",
-            "4s",
-            "--format",
-            "folded",
-        ];
-        let out = run(&[&args[..], &more[..]].concat());
+        let more = ["--off-cpu-one-in", one_in, "--duration", "4s", "-o"];
+        let out = run(&[&args[..], &more[..], &[out.to_str().unwrap()]].concat());
         let summary = text(&out.stderr);
         assert!(out.status.success(), "{summary}");
         let times = times(&summary);
