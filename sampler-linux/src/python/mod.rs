@@ -95,9 +95,6 @@ pub struct PythonProcess {
     /// The code objects of the last sample named that could not be read, and why.
     failed: Vec<(u64, u64, PythonError)>,
     threads: std::cell::RefCell<std::collections::HashMap<u32, u64>>,
-    /// Each thread's `_PyCFrame` (3.11) at its last sample: where its current frame was
-    /// found, which stays put while the same run of the evaluation loop goes on.
-    cframes: std::cell::RefCell<std::collections::HashMap<u32, u64>>,
     /// The code objects of the last walk, whose stamps the next walk copies with its
     /// first frames (at most [`walk::MAX_EXPECTED_CODES`]).
     expected_codes: std::cell::RefCell<Vec<u64>>,
@@ -209,7 +206,6 @@ impl PythonProcess {
             codes: CodeCache::default(),
             failed: Vec::new(),
             threads: Default::default(),
-            cframes: Default::default(),
             expected_codes: Default::default(),
         };
         // An interpreter has a main interpreter with a thread list: anything else is not

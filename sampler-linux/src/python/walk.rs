@@ -53,10 +53,6 @@ struct FrameWindow<'a> {
     stamp_len: usize,
     /// How many of `expected` have their stamps copied; `None` before the first copy.
     stamped: Option<usize>,
-    /// Bytes to copy with the first copy, ahead of the rest (a thread state's head),
-    /// and whether they were.
-    prefetch: Option<(u64, &'a mut [u8])>,
-    prefetched: bool,
 }
 
 impl<'a> FrameWindow<'a> {
@@ -76,8 +72,6 @@ impl<'a> FrameWindow<'a> {
             stamp_from,
             stamp_len,
             stamped: None,
-            prefetch: None,
-            prefetched: false,
         }
     }
 
@@ -127,8 +121,7 @@ impl<'a> FrameWindow<'a> {
             self.stamps.resize(expected.len() * self.stamp_len, 0);
         }
         let mut reads: Vec<(u64, &mut [u8])> =
-            Vec::with_capacity(2 + expected.len() + below as usize);
-        let ahead = self.prefetch.take().map(|read| reads.push(read)).is_some();
+            Vec::with_capacity(1 + expected.len() + below as usize);
         reads.push((page, top));
         let stamps = self.stamps.chunks_exact_mut(self.stamp_len.max(1));
         reads.extend(
@@ -139,12 +132,8 @@ impl<'a> FrameWindow<'a> {
         );
         let pages = lower.chunks_exact_mut(PAGE as usize).enumerate().rev();
         reads.extend(pages.map(|(i, bytes)| (low + i as u64 * PAGE, bytes)));
-        let mut copied = mem.read_leading(&mut reads);
+        let copied = mem.read_leading(&mut reads);
         drop(reads);
-        if ahead {
-            self.prefetched = copied > 0;
-            copied = copied.saturating_sub(1);
-        }
         if self.stamped.is_none() {
             self.stamped = Some(copied.saturating_sub(1).min(expected.len()));
         }
@@ -306,20 +295,12 @@ impl PythonProcess {
         stack: &mut PythonStack,
     ) -> Result<(), PythonError> {
         stack.clear();
-        match self.current_frame(mem, tstate)? {
-            0 => Ok(()),
-            frame => self.walk_from(frame, stack, None, &mut false),
-        }
-    }
-
-    /// The current frame of thread state `tstate` (0: none), read through `mem`.
-    fn current_frame(&self, mem: &dyn TargetMemory, tstate: u64) -> Result<u64, PythonError> {
         let o = &self.offsets;
-        Ok(match o.tstate_cframe {
+        let mut frame = match o.tstate_cframe {
             Some(cframe) => {
                 let cframe = word(mem, "PyThreadState.cframe", tstate.wrapping_add(cframe))?;
                 if cframe == 0 {
-                    return Ok(0);
+                    return Ok(());
                 }
                 word(
                     mem,
@@ -332,19 +313,7 @@ impl PythonProcess {
                 "PyThreadState.current_frame",
                 tstate.wrapping_add(o.current_frame),
             )?,
-        })
-    }
-
-    /// Walks the frames from `frame` into `stack`, copying `prefetch` with the first of
-    /// them (`ahead` says whether it was, whatever the walk's outcome).
-    fn walk_from(
-        &self,
-        mut frame: u64,
-        stack: &mut PythonStack,
-        prefetch: Option<(u64, &mut [u8])>,
-        ahead: &mut bool,
-    ) -> Result<(), PythonError> {
-        let o = &self.offsets;
+        };
         let header_len = [o.frame_code, o.frame_previous, o.frame_instr, o.frame_owner]
             .into_iter()
             .chain(o.frame_is_entry)
@@ -370,19 +339,18 @@ impl PythonProcess {
             expected: stamps,
         } = stack;
         let mut window = FrameWindow::new(scratch, &expected, stamps, (stamp_from, stamp_len));
-        window.prefetch = prefetch;
         let mut walked = 0;
         while frame != 0 {
             walked += 1;
             if walked > MAX_PYTHON_FRAMES {
                 return Err(PythonError::Loop);
             }
-            let read = window.read(&self.memory, frame, header);
-            *ahead |= window.prefetched;
-            read.map_err(|_| PythonError::Memory {
-                what: "a _PyInterpreterFrame",
-                address: frame,
-            })?;
+            window
+                .read(&self.memory, frame, header)
+                .map_err(|_| PythonError::Memory {
+                    what: "a _PyInterpreterFrame",
+                    address: frame,
+                })?;
             let field = |at: u64| ne_u64(header, at).unwrap_or(0);
             let owner = header[o.frame_owner as usize];
             let previous = field(o.frame_previous);
@@ -545,9 +513,6 @@ impl PythonProcess {
         stack: &mut PythonStack,
     ) -> Result<(), PythonError> {
         stack.clear();
-        if let Some(walked) = self.walk_as_before(tid, copied, stack) {
-            return walked;
-        }
         let mut head = [0u8; TSTATE_HEAD];
         let (tstate, head_len) = self.thread_state_head(tid, thread_pointer, copied, &mut head)?;
         let head_at = self
@@ -557,61 +522,7 @@ impl PythonProcess {
             copies: [(head_at, &head[..head_len]), copied.unwrap_or((0, &[]))],
             memory: &self.memory,
         };
-        // 3.11: where the current frame was found, for the next sample.
-        if let Some(at) = self.offsets.tstate_cframe.filter(|_| head_len > 0) {
-            if let Ok(cframe) = word(&mem, "PyThreadState.cframe", tstate.wrapping_add(at)) {
-                let mut cframes = self.cframes.borrow_mut();
-                if cframes.len() >= MAX_PYTHON_THREADS {
-                    cframes.clear();
-                }
-                cframes.insert(tid, cframe);
-            }
-        }
         self.walk_in(&mem, tstate, stack)
-    }
-
-    /// 3.11, a thread sampled before: its current frame read from the stack copy where
-    /// its `_PyCFrame` was last time, and its frames walked with the thread state's head
-    /// copied ahead of the first of them, in one copy. `None` (the stack cleared) unless
-    /// the head says the same thread and the same `_PyCFrame`: then what the walk read is
-    /// what the thread state leads to, and the caller walks again the usual way.
-    fn walk_as_before(
-        &self,
-        tid: u32,
-        copied: Option<(u64, &[u8])>,
-        stack: &mut PythonStack,
-    ) -> Option<Result<(), PythonError>> {
-        let o = &self.offsets;
-        let at_cframe = o.tstate_cframe?;
-        let (copy_at, copy) = copied?;
-        let tstate = *self.threads.borrow().get(&tid)?;
-        let cframe = *self.cframes.borrow().get(&tid)?;
-        let (from, len) = self.tstate_head()?;
-        // From the copy only: anything else would cost the copy this saves.
-        let in_copy = cframe
-            .wrapping_add(o.current_frame)
-            .checked_sub(copy_at)
-            .and_then(|at| ne_u64(copy, at))?;
-        if in_copy == 0 {
-            return None;
-        }
-        let mut head = [0u8; TSTATE_HEAD];
-        let head = head.get_mut(..len)?;
-        let mut ahead = false;
-        let walked = self.walk_from(
-            in_copy,
-            stack,
-            Some((tstate.wrapping_add(from), head)),
-            &mut ahead,
-        );
-        let same = ahead
-            && ne_u64(head, o.tstate_native_thread_id - from) == Some(u64::from(tid))
-            && ne_u64(head, at_cframe - from) == Some(cframe);
-        if same {
-            return Some(walked);
-        }
-        stack.clear();
-        None
     }
 }
 
