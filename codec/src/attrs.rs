@@ -151,48 +151,83 @@ impl<'a> Iterator for AttrsIter<'a> {
 
 /// The attributes a reader keeps: one value per key index (the last occurrence), only
 /// for indexes inside the key map, ordered by key index.
+///
+/// Each value is kept as its place in the data (four bytes an entry, 1 KiB for the most
+/// keys), so that the value, which a sampler hands on with every sample, is cheap to
+/// move.
 #[derive(Clone, Debug, Default)]
 pub struct ResolvedAttrs<'a> {
-    entries: heapless::Vec<(u8, &'a [u8]), MAX_KEYS>,
+    data: &'a [u8],
+    entries: heapless::Vec<Kept, MAX_KEYS>,
     dropped: usize,
     max_unknown_index: Option<u8>,
     incomplete: bool,
 }
 
+/// A kept value: its key index, and its place in the data.
+#[derive(Clone, Copy, Debug, Default)]
+struct Kept {
+    key: u8,
+    len: u8,
+    start: u16,
+}
+
+/// The most bytes of attrs-data resolved: the record's `attrs_data_size` is 16 bits wide.
+const MAX_RESOLVED_DATA: usize = u16::MAX as usize;
+
 impl<'a> ResolvedAttrs<'a> {
     /// Resolves `attrs_data` against a key map of `key_map_len` names.
     pub fn resolve(attrs_data: &'a [u8], key_map_len: usize) -> Self {
-        let mut out = Self::default();
-        let mut iter = AttrsIter::new(attrs_data);
-        for (key, value) in iter.by_ref() {
+        let mut out = Self {
+            data: attrs_data,
+            ..Self::default()
+        };
+        let within = &attrs_data[..attrs_data.len().min(MAX_RESOLVED_DATA)];
+        let mut iter = AttrsIter::new(within);
+        while let Some((key, value)) = iter.next() {
             if usize::from(key) >= key_map_len {
                 out.dropped += 1;
                 out.max_unknown_index = out.max_unknown_index.max(Some(key));
                 continue;
             }
-            match out.entries.binary_search_by_key(&key, |(k, _)| *k) {
-                Ok(i) => out.entries[i].1 = value,
+            // The value ends where the rest begins; both fit 16 bits, as `within` does.
+            let end = within.len() - iter.remainder().len();
+            let kept = Kept {
+                key,
+                len: value.len() as u8,
+                start: (end - value.len()) as u16,
+            };
+            match out.entries.binary_search_by_key(&key, |k| k.key) {
+                Ok(i) => out.entries[i] = kept,
                 Err(i) => {
                     // At most MAX_KEYS distinct u8 keys exist, so the vector cannot be full.
-                    let _ = out.entries.insert(i, (key, value));
+                    let _ = out.entries.insert(i, kept);
                 }
             }
         }
-        out.incomplete = !iter.remainder().is_empty();
+        out.incomplete = !iter.remainder().is_empty() || within.len() < attrs_data.len();
         out
+    }
+
+    /// The value a kept entry names.
+    fn value(&self, kept: Kept) -> &'a [u8] {
+        let start = usize::from(kept.start);
+        self.data
+            .get(start..start + usize::from(kept.len))
+            .unwrap_or_default()
     }
 
     /// The value of key index `key`, if present.
     pub fn get(&self, key: u8) -> Option<&'a [u8]> {
         self.entries
-            .binary_search_by_key(&key, |(k, _)| *k)
+            .binary_search_by_key(&key, |k| k.key)
             .ok()
-            .map(|i| self.entries[i].1)
+            .map(|i| self.value(self.entries[i]))
     }
 
     /// `(key index, value)` pairs in key-index order.
     pub fn iter(&self) -> impl Iterator<Item = (u8, &'a [u8])> + '_ {
-        self.entries.iter().copied()
+        self.entries.iter().map(|&k| (k.key, self.value(k)))
     }
 
     /// Number of distinct keys kept.
@@ -272,5 +307,27 @@ mod tests {
         assert!(!r.incomplete());
         let keys: heapless::Vec<u8, 4> = r.iter().map(|(k, _)| k).collect();
         assert_eq!(&keys[..], &[0, 2]);
+    }
+
+    /// Entries past the 16-bit `attrs_data_size` are not resolved: the data is said to
+    /// be incomplete, and what came before is kept.
+    #[test]
+    fn resolve_stops_at_the_largest_record() {
+        // 257 entries of 255 bytes each, key 0 then key 1: the last key-1 entry crosses
+        // 65,535 bytes.
+        let mut data = [0u8; 257 * 257];
+        for (i, entry) in data.chunks_mut(257).enumerate() {
+            entry[0] = (i % 2) as u8;
+            entry[1] = 255;
+            entry[2..].fill(i as u8);
+        }
+        let r = ResolvedAttrs::resolve(&data, 2);
+        assert!(r.incomplete());
+        // Entry 254 (key 0) ends at 65,535; entry 253 is key 1's last whole one.
+        assert_eq!(r.get(0), Some(&[254u8; 255][..]));
+        assert_eq!(r.get(1), Some(&[253u8; 255][..]));
+        let whole = ResolvedAttrs::resolve(&data[..255 * 257], 2);
+        assert!(!whole.incomplete());
+        assert_eq!(whole.get(0), Some(&[254u8; 255][..]));
     }
 }
