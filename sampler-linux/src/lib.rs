@@ -57,6 +57,7 @@ pub mod stack;
 mod stats;
 mod syscalls;
 mod tally;
+pub mod tasks;
 pub mod watch;
 
 use std::collections::HashMap;

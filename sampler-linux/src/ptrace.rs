@@ -15,14 +15,20 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::stack::{sample_with_python_into, sample_with_stack_into, StackBuffer};
-use otel_ctx_reader::procfs::{self, TaskFiles};
+use crate::stack::{
+    sample_blocked_with_python_into, sample_blocked_with_stack_into, sample_with_python_into,
+    sample_with_stack_into, Held, StackBuffer,
+};
+use otel_ctx_reader::procfs;
 use otel_ctx_reader::thread::tls::{PtraceError, SampleError};
 use otel_ctx_reader::thread::{RecordBuffer, ThreadReader};
+use otel_ctx_reader::UserRegisters;
 
 use super::process::Process;
 use super::{deliver, PythonSample, Sample, SamplerError, SamplerOptions, SamplerStats, Threads};
 use crate::python::PythonStack;
+use crate::tasks::TaskFiles;
+use otel_ctx_reader::procfs::BlockedInSyscall;
 
 /// The rounds' pace and buffers.
 pub(super) struct Rounds {
@@ -45,6 +51,89 @@ pub(super) struct Rounds {
     /// Each followed process's thread list and its threads' `schedstat`, kept open from
     /// round to round.
     files: HashMap<u32, TaskFiles>,
+    /// Where each thread was held at its stops in system calls, by process and thread:
+    /// a thread found blocked in a system call at the same stack and instruction
+    /// pointers is sampled without a stop ([`Rounds::blocked_at`]).
+    held: HashMap<(u32, u32), BlockedStops>,
+}
+
+/// How many points where a thread blocks in a system call are remembered: a thread that
+/// waits for a lock blocks in a few places (a condition variable's wait, the mutex
+/// under it).
+const BLOCKED_POINTS: usize = 4;
+
+/// A thread's last stops at the points where it blocked in a system call, the latest
+/// replacing the oldest.
+#[derive(Clone, Copy, Debug, Default)]
+struct BlockedStops {
+    stops: [Option<LastStop>; BLOCKED_POINTS],
+    next: usize,
+}
+
+impl BlockedStops {
+    /// The stop at the point a `syscall` file shows.
+    fn at(&self, point: BlockedInSyscall) -> Option<LastStop> {
+        self.stops
+            .iter()
+            .flatten()
+            .find(|s| s.is_at(point))
+            .copied()
+    }
+
+    /// Remembers `stop`, made at `point`.
+    fn remember(&mut self, stop: LastStop) {
+        let point = stop.held.registers;
+        let same = |s: &&mut Option<LastStop>| {
+            s.is_some_and(|s| s.held.registers.sp == point.sp && s.held.registers.ip == point.ip)
+        };
+        match self.stops.iter_mut().find(same) {
+            Some(slot) => *slot = Some(stop),
+            None => {
+                self.stops[self.next % BLOCKED_POINTS] = Some(stop);
+                self.next = (self.next + 1) % BLOCKED_POINTS;
+            }
+        }
+    }
+}
+
+/// A thread's stop: where it was held, and the first link of its frame-pointer chain
+/// then.
+#[derive(Clone, Copy, Debug)]
+struct LastStop {
+    held: Held,
+    link: Option<[u64; 2]>,
+}
+
+impl LastStop {
+    fn new(held: Held, stack: &[u8]) -> Self {
+        Self {
+            held,
+            link: frame_link(held.registers, stack),
+        }
+    }
+
+    /// Whether a copy of the thread's stack, taken while it was blocked at the same
+    /// stack and instruction pointers, holds the same first link: the frame pointer,
+    /// which a blocked thread's `syscall` file does not give, is then taken to be the
+    /// one of this stop. A frame pointer outside the copy is not one the unwinder
+    /// follows into it.
+    fn links_to(&self, stack: &[u8]) -> bool {
+        frame_link(self.held.registers, stack) == self.link
+    }
+
+    /// Whether the thread was held at the point a `syscall` file shows.
+    fn is_at(&self, point: BlockedInSyscall) -> bool {
+        self.held.registers.sp == point.sp && self.held.registers.ip == point.pc
+    }
+}
+
+/// The two words at the frame pointer (where it is one: the caller's frame pointer and
+/// the return address) in `stack`, a copy from the stack pointer up; `None` outside it.
+fn frame_link(registers: UserRegisters, stack: &[u8]) -> Option<[u64; 2]> {
+    let at = usize::try_from(registers.fp.checked_sub(registers.sp)?).ok()?;
+    let words = stack.get(at..at.checked_add(16)?)?;
+    let word = |i: usize| u64::from_ne_bytes(words[i..i + 8].try_into().unwrap_or_default());
+    Some([word(0), word(8)])
 }
 
 /// The most of a thread's CPU time put down to its last sample (see [`CpuSeen::owed`]).
@@ -64,6 +153,9 @@ struct CpuSeen {
     owed: u64,
     /// With off-CPU time: nanoseconds since [`Rounds::epoch`] when it was counted.
     wall: u64,
+    /// How many times it had been given a CPU when counted (`schedstat`'s third field;
+    /// 0 or `u64::MAX` when the kernel does not count).
+    runs: u64,
 }
 
 impl CpuSeen {
@@ -103,6 +195,7 @@ impl Rounds {
             cpu_before: HashMap::new(),
             cpu_now: HashMap::new(),
             files: HashMap::new(),
+            held: HashMap::new(),
         }
     }
 
@@ -114,13 +207,14 @@ impl Rounds {
     /// scheduler statistics, a thread in state `R` stands for one period (weight 0).
     fn cpu_weight(&mut self, files: &mut TaskFiles, tid: u32) -> Option<u64> {
         let pid = files.pid();
-        let Some(now) = files.cpu_time(tid) else {
+        let Some((now, runs)) = files.cpu_runs(tid) else {
             return procfs::task_stat(pid, tid)
                 .is_some_and(|s| s.is_running())
                 .then_some(0);
         };
         let counted = CpuSeen {
             at: now,
+            runs,
             ..CpuSeen::default()
         };
         let (seen, weight) = match self.cpu_before.get(&(pid, tid)) {
@@ -146,12 +240,13 @@ impl Rounds {
     /// now: on a CPU in state `R`, off it otherwise.
     fn wall_weights(&mut self, files: &mut TaskFiles, tid: u32) -> Option<(u64, u64)> {
         let pid = files.pid();
-        let cpu = files.cpu_time(tid);
+        let (cpu, runs) = files.cpu_runs(tid).unzip();
         let wall = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let seen = CpuSeen {
             at: cpu.unwrap_or(0),
             owed: 0,
             wall,
+            runs: runs.unwrap_or(0),
         };
         self.cpu_now.insert((pid, tid), seen);
         let before = self.cpu_before.get(&(pid, tid))?;
@@ -163,6 +258,34 @@ impl Rounds {
             None => 0,
         };
         (elapsed > 0).then_some((ran, elapsed - ran))
+    }
+
+    /// Where thread `tid` is blocked in a system call, and its runs counted this round:
+    /// on x86_64, where a stack copy holds every return address, such a thread may be
+    /// sampled without a stop ([`Rounds::blocked_at`]). The sample is kept if the thread
+    /// was not given a CPU from the count of its runs (made before the `syscall` file is
+    /// read) to the end of the reading.
+    fn blocked_in_syscall(
+        &self,
+        files: &mut TaskFiles,
+        tid: u32,
+    ) -> Option<(BlockedInSyscall, u64)> {
+        if !cfg!(target_arch = "x86_64") {
+            return None;
+        }
+        let runs = self.cpu_now.get(&(files.pid(), tid))?.runs;
+        if runs == 0 || runs == u64::MAX {
+            return None;
+        }
+        Some((files.blocked_in_syscall(tid)?, runs))
+    }
+
+    /// The stop of thread `tid` at the point where it is blocked now, if one was made
+    /// there. A blocked thread's registers do not change: its frame pointer and thread
+    /// pointer are taken from that stop ([`LastStop::links_to`] checks the one, the
+    /// other is fixed for the thread's life).
+    fn blocked_at(&self, pid: u32, tid: u32, point: BlockedInSyscall) -> Option<LastStop> {
+        self.held.get(&(pid, tid))?.at(point)
     }
 
     /// The interval after a round: uniform between half and one and a half periods.
@@ -239,22 +362,80 @@ impl Rounds {
                 } = &mut *process;
                 // The Python walk's own outcome (`None`: no walk).
                 let mut walked = None;
+                // Where a thread stopped for this sample was held (`None`: not stopped,
+                // or no stack copied).
+                let mut stopped = None;
+                let seen_blocked = self.blocked_in_syscall(files, tid);
+                let blocked = seen_blocked
+                    .and_then(|(point, runs)| Some((self.blocked_at(pid, tid, point)?, runs)));
+                let unmoved = |files: &mut TaskFiles, runs: u64| {
+                    files.cpu_runs(tid).is_some_and(|(_, now)| now == runs)
+                };
                 let taken = match (reader.as_deref_mut(), &mut self.stack, python.as_ref()) {
-                    (Some(reader), Some(stack), Some(interpreter)) => sample_with_python_into(
-                        reader,
-                        tid,
-                        &mut self.records,
-                        stack,
-                        interpreter,
-                        python_frames,
-                    )
-                    .map(|(registers, context, python)| {
-                        walked = Some(python);
-                        (Some(registers), context)
-                    }),
+                    (Some(reader), Some(stack), Some(interpreter)) => {
+                        let mut taken = None;
+                        if let Some((last, runs)) = blocked {
+                            if let Ok(Some(sampled)) = sample_blocked_with_python_into(
+                                reader,
+                                tid,
+                                &mut self.records,
+                                stack,
+                                interpreter,
+                                python_frames,
+                                last.held,
+                                || unmoved(files, runs),
+                            ) {
+                                taken = last.links_to(stack.bytes()).then_some(sampled);
+                            }
+                        }
+                        let taken = match taken {
+                            Some(taken) => Ok(taken),
+                            not_taken => {
+                                // Gone before the reader is borrowed again.
+                                drop(not_taken);
+                                sample_with_python_into(
+                                    reader,
+                                    tid,
+                                    &mut self.records,
+                                    stack,
+                                    interpreter,
+                                    python_frames,
+                                )
+                                .inspect(|(held, ..)| {
+                                    stopped = Some(LastStop::new(*held, stack.bytes()));
+                                })
+                            }
+                        };
+                        taken.map(|(held, context, python)| {
+                            walked = Some(python);
+                            (Some(held.registers), context)
+                        })
+                    }
                     (Some(reader), Some(stack), None) => {
-                        sample_with_stack_into(reader, tid, &mut self.records, stack)
-                            .map(|(registers, context)| (Some(registers), context))
+                        let mut taken = None;
+                        if let Some((last, runs)) = blocked {
+                            if let Ok(Some(context)) = sample_blocked_with_stack_into(
+                                reader,
+                                &mut self.records,
+                                stack,
+                                last.held,
+                                || unmoved(files, runs),
+                            ) {
+                                taken =
+                                    last.links_to(stack.bytes()).then_some((last.held, context));
+                            }
+                        }
+                        let taken = match taken {
+                            Some(taken) => Ok(taken),
+                            not_taken => {
+                                drop(not_taken);
+                                sample_with_stack_into(reader, tid, &mut self.records, stack)
+                                    .inspect(|(held, _)| {
+                                        stopped = Some(LastStop::new(*held, stack.bytes()));
+                                    })
+                            }
+                        };
+                        taken.map(|(held, context)| (Some(held.registers), context))
                     }
                     (Some(reader), None, _) => reader
                         .sample_into(tid, &mut self.records)
@@ -284,8 +465,18 @@ impl Rounds {
                     }
                     Err(e) => (None, Err(e)),
                 };
-                if weight_ns > 0 && !self.off_cpu {
+                if blocked.is_some() && stopped.is_none() && registers.is_some() {
+                    stats.unstopped += 1;
+                }
+                // A thread sampled without a stop was not made to run by it.
+                if weight_ns > 0 && !self.off_cpu && (stopped.is_some() || blocked.is_none()) {
                     CpuSeen::sampled(&mut self.cpu_now, files, pid, tid);
+                }
+                // A stop of a thread still where its `syscall` file showed it blocked.
+                if let (Some(stop), Some((point, _))) = (stopped, seen_blocked) {
+                    if stop.is_at(point) {
+                        self.held.entry((pid, tid)).or_default().remember(stop);
+                    }
                 }
                 let stack = match (&registers, &self.stack) {
                     (Some(_), Some(stack)) => stack.bytes(),
@@ -328,6 +519,7 @@ impl Rounds {
         for (&pid, files) in &mut all_files {
             files.retain_threads(|tid| self.cpu_now.contains_key(&(pid, tid)));
         }
+        self.held.retain(|key, _| self.cpu_now.contains_key(key));
         self.files = all_files;
         std::mem::swap(&mut self.cpu_before, &mut self.cpu_now);
         self.cpu_now.clear();

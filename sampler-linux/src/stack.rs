@@ -9,6 +9,7 @@ use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
 use otel_ctx_reader::thread::tls::{SampleError, StoppedThread};
 use otel_ctx_reader::{Error, RecordBuffer, ThreadContextRef, ThreadReader, UserRegisters};
 
+use crate::python::TSTATE_HEAD;
 use crate::python::{PythonError, PythonProcess, PythonStack};
 
 /// The stack copied by default: the top 16 KiB, enough for a few dozen frames of most
@@ -73,16 +74,50 @@ impl StackBuffer {
     }
 }
 
-/// Stops thread `tid`'s holder `stopped`, takes its user registers and thread pointer,
-/// and copies the top of its stack (from the stack pointer up, at most `stack`'s
-/// capacity, less where the stack's mapping ends) into `stack`: the stack half of every
-/// ptrace sample, with a thread context or without.
+/// Where a thread was held for its sample: its user registers and thread pointer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// The registers a stack walk starts from.
+    pub registers: UserRegisters,
+    /// `fs_base` on x86_64, `tpidr_el0` on aarch64.
+    pub thread_pointer: u64,
+}
+
+/// Takes the user registers and thread pointer of `stopped`, and copies the top of its
+/// stack into `stack` ([`copy_stack`]): the stack half of every ptrace sample, with a
+/// thread context or without.
 fn copy_stopped_stack(
     stopped: &StoppedThread,
     memory: &ProcessMemory,
     stack: &mut StackBuffer,
-) -> Result<(UserRegisters, u64), SampleError> {
+    ahead: Ahead<'_>,
+) -> Result<(Held, bool), SampleError> {
     let (registers, thread_pointer) = stopped.registers()?;
+    let held = Held {
+        registers,
+        thread_pointer,
+    };
+    let ahead = copy_stack(held, memory, stack, ahead)?;
+    Ok((held, ahead))
+}
+
+/// A range to copy ahead of a thread's stack, in the same system call: its address, and
+/// the buffer it goes into.
+type Ahead<'b> = Option<(u64, &'b mut [u8])>;
+
+/// Copies the top of the stack of a thread held at `held` (from the stack pointer up, at
+/// most `stack`'s capacity, less where the stack's mapping ends) into `stack`; and
+/// `ahead` with it where it can: whether `ahead` was copied.
+fn copy_stack(
+    held: Held,
+    memory: &ProcessMemory,
+    stack: &mut StackBuffer,
+    ahead: Ahead<'_>,
+) -> Result<bool, SampleError> {
+    let Held {
+        registers,
+        thread_pointer,
+    } = held;
     let sp = registers.sp;
     let read = |at: u64, into: &mut [u8]| {
         memory
@@ -94,9 +129,22 @@ fn copy_stopped_stack(
             })
     };
     let spare = stack.spare();
+    let mut ahead_copied = false;
     let copied = match below_thread_block(sp, thread_pointer, spare.len()) {
         Some(end) => {
-            let got = read(sp, &mut spare[..end + 8])?;
+            let got = match ahead {
+                Some(ahead) => {
+                    let mut reads = [ahead, (sp, &mut spare[..end + 8])];
+                    let whole = memory.read_leading(&mut reads);
+                    ahead_copied = whole >= 1;
+                    if whole == 2 {
+                        end + 8
+                    } else {
+                        read(sp, &mut spare[..end + 8])?
+                    }
+                }
+                None => read(sp, &mut spare[..end + 8])?,
+            };
             let self_pointer = spare
                 .get(end..end + 8)
                 .filter(|_| got == end + 8)
@@ -113,7 +161,7 @@ fn copy_stopped_stack(
         None => read(sp, spare)?,
     };
     stack.set_len(copied);
-    Ok((registers, thread_pointer))
+    Ok(ahead_copied)
 }
 
 /// Where a thread's stack ends in a copy of `capacity` bytes from `sp`, when its thread
@@ -147,19 +195,68 @@ pub fn sample_with_stack_into<'a>(
     tid: u32,
     buffer: &'a mut RecordBuffer,
     stack: &mut StackBuffer,
-) -> Result<(UserRegisters, Option<ThreadContextRef<'a>>), SampleError> {
+) -> Result<(Held, Option<ThreadContextRef<'a>>), SampleError> {
     reader.sample_stopped_over_into(tid, buffer, move |stopped, memory| {
-        let (registers, thread_pointer) = copy_stopped_stack(stopped, memory, stack)?;
-        let copy = (registers.sp, stack.bytes());
-        Ok((registers, thread_pointer, copy))
+        let (held, _) = copy_stopped_stack(stopped, memory, stack, None)?;
+        let copy = (held.registers.sp, stack.bytes());
+        Ok((held, held.thread_pointer, copy))
     })
 }
+
+/// [`sample_with_stack_into`] without the stop, for a thread blocked in a system call
+/// at `held` (a thread's registers do not change while it is blocked; the caller knows
+/// them from a stop at the same point and the thread's `syscall` file), as
+/// [`ThreadReader::sample_blocked_over_into`]: `Ok(None)` when `unmoved` says the
+/// thread ran meanwhile, and nothing read is kept.
+pub fn sample_blocked_with_stack_into<'a>(
+    reader: &'a mut ThreadReader,
+    buffer: &'a mut RecordBuffer,
+    stack: &mut StackBuffer,
+    held: Held,
+    unmoved: impl FnOnce() -> bool,
+) -> Result<Option<Option<ThreadContextRef<'a>>>, SampleError> {
+    let sampled = reader.sample_blocked_over_into(
+        buffer,
+        held.thread_pointer,
+        move |memory| {
+            copy_stack(held, memory, stack, None)?;
+            Ok(((), (held.registers.sp, stack.bytes())))
+        },
+        unmoved,
+    )?;
+    Ok(sampled.map(|((), context)| context))
+}
+
+/// Copies the stack of thread `tid`, held at `held`, with its Python thread state's head
+/// ahead of it in the same system call where the walk knows where it is, and walks its
+/// Python frames into `frames`: the walk's own outcome.
+fn copy_and_walk(
+    held: Held,
+    memory: &ProcessMemory,
+    stack: &mut StackBuffer,
+    python: &PythonProcess,
+    tid: u32,
+    frames: &mut PythonStack,
+) -> Result<Result<(), PythonError>, SampleError> {
+    let mut head = [0u8; TSTATE_HEAD];
+    let ahead = python.head_ahead(tid).filter(|&(_, len)| len <= head.len());
+    let into = ahead.map(|(at, len)| (at, &mut head[..len]));
+    let copied_ahead = copy_stack(held, memory, stack, into)?;
+    let copy = (held.registers.sp, stack.bytes());
+    let ahead = ahead
+        .filter(|_| copied_ahead)
+        .map(|(at, len)| (at, &head[..len]));
+    Ok(python.sample_over_ahead(tid, Some(held.thread_pointer), Some(copy), ahead, frames))
+}
+
+/// What a ptrace sample with the Python walk gives: where the thread was held, its
+/// context, and the walk's own outcome.
+pub type PythonTaken<'a> = (Held, Option<ThreadContextRef<'a>>, Result<(), PythonError>);
 
 /// Like [`sample_with_stack_into`], and while the thread is stopped also walks its
 /// Python frames with `python` (the process's interpreter, [`PythonProcess::find`]) into
 /// `frames`. The walk's own failure is the third value: the sample keeps its native
 /// stack and context whatever it says.
-#[allow(clippy::type_complexity)]
 pub fn sample_with_python_into<'a>(
     reader: &'a mut ThreadReader,
     tid: u32,
@@ -167,22 +264,49 @@ pub fn sample_with_python_into<'a>(
     stack: &mut StackBuffer,
     python: &PythonProcess,
     frames: &mut PythonStack,
-) -> Result<
-    (
-        UserRegisters,
-        Option<ThreadContextRef<'a>>,
-        Result<(), PythonError>,
-    ),
-    SampleError,
-> {
-    let ((registers, walked), context) =
+) -> Result<PythonTaken<'a>, SampleError> {
+    let ((held, walked), context) =
         reader.sample_stopped_over_into(tid, buffer, move |stopped, memory| {
-            let (registers, thread_pointer) = copy_stopped_stack(stopped, memory, stack)?;
-            let copy = (registers.sp, stack.bytes());
-            let walked = python.sample_over(tid, Some(thread_pointer), Some(copy), frames);
-            Ok(((registers, walked), thread_pointer, copy))
+            let (registers, thread_pointer) = stopped.registers()?;
+            let held = Held {
+                registers,
+                thread_pointer,
+            };
+            let walked = copy_and_walk(held, memory, stack, python, tid, frames)?;
+            Ok((
+                (held, walked),
+                thread_pointer,
+                (registers.sp, stack.bytes()),
+            ))
         })?;
-    Ok((registers, context, walked))
+    Ok((held, context, walked))
+}
+
+/// [`sample_with_python_into`] without the stop, for a thread blocked in a system call
+/// at `held`, as [`sample_blocked_with_stack_into`]: `Ok(None)` when `unmoved` says the
+/// thread ran meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub fn sample_blocked_with_python_into<'a>(
+    reader: &'a mut ThreadReader,
+    tid: u32,
+    buffer: &'a mut RecordBuffer,
+    stack: &mut StackBuffer,
+    python: &PythonProcess,
+    frames: &mut PythonStack,
+    held: Held,
+    unmoved: impl FnOnce() -> bool,
+) -> Result<Option<PythonTaken<'a>>, SampleError> {
+    let sampled = reader.sample_blocked_over_into(
+        buffer,
+        held.thread_pointer,
+        move |memory| {
+            let walked = copy_and_walk(held, memory, stack, python, tid, frames)?;
+            let copy = (held.registers.sp, stack.bytes());
+            Ok((walked, copy))
+        },
+        unmoved,
+    )?;
+    Ok(sampled.map(|(walked, context)| (held, context, walked)))
 }
 
 /// The stacks of a process's threads without their thread contexts: for a process that
@@ -223,8 +347,9 @@ impl StackReader {
         stack: &mut StackBuffer,
     ) -> Result<UserRegisters, SampleError> {
         let stopped = StoppedThread::stop(tid)?;
-        let (registers, _) = copy_stopped_stack(&stopped, &self.memory, stack)?;
-        Ok(registers)
+        Ok(copy_stopped_stack(&stopped, &self.memory, stack, None)?
+            .0
+            .registers)
         // `stopped` is dropped on return: the thread runs on.
     }
 
@@ -240,10 +365,10 @@ impl StackReader {
         frames: &mut PythonStack,
     ) -> Result<(UserRegisters, Result<(), PythonError>), SampleError> {
         let stopped = StoppedThread::stop(tid)?;
-        let (registers, thread_pointer) = copy_stopped_stack(&stopped, &self.memory, stack)?;
-        let copied = Some((registers.sp, stack.bytes()));
-        let walked = python.sample_over(tid, Some(thread_pointer), copied, frames);
-        Ok((registers, walked))
+        let (held, _) = copy_stopped_stack(&stopped, &self.memory, stack, None)?;
+        let copied = Some((held.registers.sp, stack.bytes()));
+        let walked = python.sample_over(tid, Some(held.thread_pointer), copied, frames);
+        Ok((held.registers, walked))
         // `stopped` is dropped on return: the thread runs on.
     }
 }

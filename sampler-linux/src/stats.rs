@@ -33,6 +33,9 @@ pub struct SamplerStats {
     pub ticks: u64,
     /// Rounds taken (ptrace).
     pub rounds: u64,
+    /// Samples taken without a stop (ptrace, x86_64): threads blocked in a system call
+    /// where an earlier stop had found them, read while they did not run.
+    pub unstopped: u64,
     /// With off-CPU time, by eBPF: the system calls of followed threads that left their
     /// CPU, followed.
     pub waits: u64,

@@ -16,6 +16,40 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whether worker `n`'s sample, its Python frames `frames` and its context, shows the
+/// chain, in order, with the worker's route (said on stderr when not).
+fn labelled(
+    target: &python_support::PythonTarget,
+    n: usize,
+    python: &mut PythonProcess,
+    frames: &PythonStack,
+    context: Option<&otel_ctx_reader::ThreadContextRef<'_>>,
+) -> bool {
+    let route = context.and_then(|c| {
+        c.attribute("http.route")
+            .map(|r| String::from_utf8_lossy(r).into_owned())
+    });
+    let trace = context.map(|c| hex(&c.trace_id()));
+    let table = python.name_frames(frames.frames());
+    let names: Vec<String> = frames
+        .frames()
+        .iter()
+        .rev()
+        .filter_map(|f| match table.frame_info(f) {
+            Ok(info) => Some(Ok(info.code.qualname.to_string())),
+            Err(otel_ctx_sampler::python::PythonError::Incomplete) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{}: a name: {e}", target.label));
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let good = shows_chain(&names) && target.labels_match(n, trace.as_deref(), route.as_deref());
+    if !good {
+        eprintln!("{}: worker {n}: {names:?} {route:?}", target.label);
+    }
+    good
+}
+
 /// Samples each worker `rounds` times with ptrace and checks that at least 80% of the
 /// samples show the chain, in order, with the worker's route.
 fn walks(runtime: Runtime, publisher: Publisher) {
@@ -53,28 +87,8 @@ fn walks(runtime: Runtime, publisher: Publisher) {
             )
             .expect("a sample");
             walked.unwrap_or_else(|e| panic!("{}: the walk: {e}", target.label));
-            let route = context.as_ref().and_then(|c| {
-                c.attribute("http.route")
-                    .map(|r| String::from_utf8_lossy(r).into_owned())
-            });
-            let trace = context.as_ref().map(|c| hex(&c.trace_id()));
-            let table = python.name_frames(frames.frames());
-            let names: Vec<String> = frames
-                .frames()
-                .iter()
-                .rev()
-                .filter_map(|f| match table.frame_info(f) {
-                    Ok(info) => Some(Ok(info.code.qualname.to_string())),
-                    Err(otel_ctx_sampler::python::PythonError::Incomplete) => None,
-                    Err(e) => Some(Err(e)),
-                })
-                .collect::<Result<_, _>>()
-                .unwrap_or_else(|e| panic!("{}: a name: {e}", target.label));
-            let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            if shows_chain(&names) && target.labels_match(n, trace.as_deref(), route.as_deref()) {
+            if labelled(&target, n, &mut python, &frames, context.as_ref()) {
                 good += 1;
-            } else {
-                eprintln!("{}: worker {n}: {names:?} {route:?}", target.label);
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
@@ -113,11 +127,151 @@ fn the_sampler_walks_python_frames_unless_told_not_to() {
                 .expect("a step");
         }
         assert!(samples > 0, "{}: no sample", target.label);
+        // Two workers of three wait for the GIL at any time: on x86_64, the rounds find
+        // some of them blocked where a stop found them before, and read them without
+        // one.
+        if cfg!(target_arch = "x86_64") {
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while sampler.stats().unstopped == 0 && std::time::Instant::now() < end {
+                sampler
+                    .step(std::time::Duration::from_millis(50), |_| false)
+                    .expect("a step");
+            }
+            assert!(sampler.stats().unstopped > 0, "{}", target.label);
+        }
         match python {
             true => assert!(walked > 0, "{}: no Python frames", target.label),
             false => assert_eq!(walked, 0, "{}: frames walked", target.label),
         }
     }
+}
+
+/// A thread blocked in a system call, read without a stop where a stop found it before,
+/// reads as the stop did while it does not run: the main thread, blocked for good in its
+/// read of stdin, gives the same registers, stack, Python frames and context both ways.
+/// The workers, which wait for the GIL and run by turns, are read without a stop when
+/// they did not run meanwhile, and then show their chain and their own route; when one
+/// ran, the read says so and keeps nothing.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_blocked_thread_reads_without_a_stop_as_with_one() {
+    use otel_ctx_sampler::stack::sample_blocked_with_python_into;
+    use otel_ctx_sampler::tasks::TaskFiles;
+    use std::time::{Duration, Instant};
+
+    let target = start(Runtime::Bookworm311, Publisher::Ffi);
+    let maps = ProcessMaps::read(target.pid).expect("maps");
+    let mut python = PythonProcess::find(&maps)
+        .expect("the interpreter")
+        .expect("an interpreter");
+    let mut reader = ThreadReader::open(target.pid).expect("the thread contexts");
+    let mut files = TaskFiles::new(target.pid);
+    let (mut record, mut stack, mut frames) = (
+        RecordBuffer::new(),
+        StackBuffer::default(),
+        PythonStack::new(),
+    );
+    // The main thread: a stop, then reads without one.
+    let main = target.pid;
+    let (held, context, walked) = sample_with_python_into(
+        &mut reader,
+        main,
+        &mut record,
+        &mut stack,
+        &python,
+        &mut frames,
+    )
+    .expect("a stop of the main thread");
+    walked.expect("the main thread's walk");
+    let trace = context.map(|c| c.trace_id());
+    let (stopped_stack, stopped_frames) = (stack.bytes().to_vec(), frames.frames().to_vec());
+    assert!(!stopped_frames.is_empty(), "{}", target.label);
+    for _ in 0..5 {
+        // Resumed by the stop's end, it goes back to its read.
+        std::thread::sleep(Duration::from_millis(20));
+        let point = files.blocked_in_syscall(main).expect("blocked in read");
+        assert_eq!(point.number, libc::SYS_read as u64);
+        assert_eq!((point.sp, point.pc), (held.registers.sp, held.registers.ip));
+        let (_, runs) = files.cpu_runs(main).expect("schedstat");
+        let unmoved = || files.cpu_runs(main).is_some_and(|(_, now)| now == runs);
+        let (unstopped, context, walked) = sample_blocked_with_python_into(
+            &mut reader,
+            main,
+            &mut record,
+            &mut stack,
+            &python,
+            &mut frames,
+            held,
+            unmoved,
+        )
+        .expect("a read without a stop")
+        .expect("the main thread stays in its read");
+        walked.expect("the walk without a stop");
+        assert_eq!(unstopped, held);
+        assert!(
+            stack.bytes() == &stopped_stack[..],
+            "{}: the stacks differ",
+            target.label
+        );
+        assert_eq!(frames.frames(), &stopped_frames[..], "{}", target.label);
+        assert_eq!(context.map(|c| c.trace_id()), trace, "{}", target.label);
+    }
+    // The workers: where each waits for the GIL, a stop, then reads without one.
+    let mut stops: Vec<Option<otel_ctx_sampler::stack::Held>> = vec![None; target.workers.len()];
+    let (mut good, mut read, mut moved) = (0, 0, 0);
+    let end = Instant::now() + Duration::from_secs(20);
+    while read < 30 && Instant::now() < end {
+        for (n, &tid) in target.workers.iter().enumerate() {
+            let Some((_, runs)) = files.cpu_runs(tid) else {
+                continue;
+            };
+            let Some(point) = files.blocked_in_syscall(tid) else {
+                continue;
+            };
+            let at = |held: &otel_ctx_sampler::stack::Held| {
+                (held.registers.sp, held.registers.ip) == (point.sp, point.pc)
+            };
+            let Some(held) = stops[n].filter(at) else {
+                if let Ok((held, _, _)) = sample_with_python_into(
+                    &mut reader,
+                    tid,
+                    &mut record,
+                    &mut stack,
+                    &python,
+                    &mut frames,
+                ) {
+                    stops[n] = Some(held).filter(at).or(stops[n]);
+                }
+                continue;
+            };
+            let unmoved = || files.cpu_runs(tid).is_some_and(|(_, now)| now == runs);
+            let Some((_, context, walked)) = sample_blocked_with_python_into(
+                &mut reader,
+                tid,
+                &mut record,
+                &mut stack,
+                &python,
+                &mut frames,
+                held,
+                unmoved,
+            )
+            .expect("a read without a stop") else {
+                moved += 1;
+                continue;
+            };
+            read += 1;
+            walked.unwrap_or_else(|e| panic!("{}: the walk: {e}", target.label));
+            if labelled(&target, n, &mut python, &frames, context.as_ref()) {
+                good += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(read >= 30, "{read} reads without a stop ({moved} moved)");
+    assert!(
+        good * 100 >= read * 95,
+        "{good} of {read} show the chain with the route"
+    );
 }
 
 #[test]

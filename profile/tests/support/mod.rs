@@ -95,7 +95,7 @@ pub fn capture(pid: u32, rounds: usize) -> Capture {
     let mut samples = Vec::new();
     for _ in 0..rounds {
         for (tid, name) in tids.iter().zip(&names) {
-            let Ok((registers, context)) = otel_ctx_sampler::stack::sample_with_stack_into(
+            let Ok((held, context)) = otel_ctx_sampler::stack::sample_with_stack_into(
                 &mut reader,
                 *tid,
                 &mut record,
@@ -111,7 +111,7 @@ pub fn capture(pid: u32, rounds: usize) -> Capture {
             samples.push(Captured {
                 tid: *tid,
                 thread_name: name.clone(),
-                registers,
+                registers: held.registers,
                 stack: stack.bytes().to_vec(),
                 context,
             });

@@ -529,20 +529,56 @@ impl ThreadReader {
         let (outcome, contents) = {
             let stopped = StoppedThread::stop(tid)?;
             let (outcome, thread_pointer, copy) = while_stopped(&stopped, &self.memory)?;
-            let memory = CopiedMemory {
-                copies: [copy],
-                memory: &self.memory,
-            };
-            let contents = match self.resolution.slot_address(thread_pointer, &memory)? {
+            (outcome, self.read_over(thread_pointer, copy, buffer)?)
+            // `stopped` is dropped here: the thread runs on.
+        };
+        Ok((outcome, self.named(contents, &buffer.attrs_data)))
+    }
+
+    /// [`sample_stopped_over_into`](Self::sample_stopped_over_into) without the stop, for
+    /// a thread blocked in a system call whose thread pointer and registers the caller
+    /// knows (from its `syscall` file, and a stop at the same point before):
+    /// `while_blocked` copies what it needs, the record is read, and `unmoved` then says
+    /// whether the thread stayed off its CPU all along (its count of runs unchanged, say).
+    /// `Ok(None)` when it did not: what was read may be torn, and none of it is kept.
+    #[allow(clippy::type_complexity)]
+    pub fn sample_blocked_over_into<'a, 's, T>(
+        &'a mut self,
+        buffer: &'a mut RecordBuffer,
+        thread_pointer: u64,
+        while_blocked: impl FnOnce(&ProcessMemory) -> Result<(T, (u64, &'s [u8])), SampleError>,
+        unmoved: impl FnOnce() -> bool,
+    ) -> Result<Option<(T, Option<ThreadContextRef<'a>>)>, SampleError> {
+        let read = while_blocked(&self.memory).and_then(|(outcome, copy)| {
+            Ok((outcome, self.read_over(thread_pointer, copy, buffer)?))
+        });
+        if !unmoved() {
+            return Ok(None);
+        }
+        let (outcome, contents) = read?;
+        Ok(Some((outcome, self.named(contents, &buffer.attrs_data))))
+    }
+
+    /// Reads the slot at `thread_pointer`, and the record it points to, into `buffer`;
+    /// from `copy` (an address and the bytes copied from it) where it holds them.
+    fn read_over(
+        &self,
+        thread_pointer: u64,
+        copy: (u64, &[u8]),
+        buffer: &mut RecordBuffer,
+    ) -> Result<SlotContents, SampleError> {
+        let memory = CopiedMemory {
+            copies: [copy],
+            memory: &self.memory,
+        };
+        Ok(
+            match self.resolution.slot_address(thread_pointer, &memory)? {
                 None => SlotContents::Null,
                 Some(slot) => {
                     read_slot_into(slot, &memory, self.max_record_size, &mut buffer.attrs_data)?
                 }
-            };
-            (outcome, contents)
-            // `stopped` is dropped here: the thread runs on.
-        };
-        Ok((outcome, self.named(contents, &buffer.attrs_data)))
+            },
+        )
     }
 
     /// The named context of what a read found: `None` unless a valid record.

@@ -27,6 +27,8 @@ mod thread_names;
 mod threads;
 mod walk;
 
+pub(crate) use walk::TSTATE_HEAD;
+
 use std::ops::Range;
 use std::sync::Arc;
 

@@ -155,7 +155,7 @@ impl<'a> FrameWindow<'a> {
 }
 
 /// The most bytes of a thread state read with its `native_thread_id`.
-const TSTATE_HEAD: usize = 256;
+pub(crate) const TSTATE_HEAD: usize = 256;
 
 impl PythonProcess {
     /// The main interpreter's first thread state address.
@@ -178,8 +178,21 @@ impl PythonProcess {
     /// and the thread is attached (`thread_pointer` is the stopped thread's), else found
     /// in the interpreters' lists of thread states by `native_thread_id` (and remembered).
     pub fn thread_state(&self, tid: u32, thread_pointer: Option<u64>) -> Result<u64, PythonError> {
-        self.thread_state_head(tid, thread_pointer, None, &mut [])
+        self.thread_state_head(tid, thread_pointer, None, None, &mut [])
             .map(|(tstate, _)| tstate)
+    }
+
+    /// Where thread `tid`'s thread state was found before, when the walk reads its head
+    /// (the bytes from its `native_thread_id` to the word that leads to its current
+    /// frame): the address and length to copy ahead, in the same system call as the
+    /// thread's stack, for [`sample_over_ahead`](Self::sample_over_ahead) to find it there.
+    pub fn head_ahead(&self, tid: u32) -> Option<(u64, usize)> {
+        if self.tstate_tls.is_some() {
+            return None;
+        }
+        let tstate = self.threads.borrow().get(&tid).copied()?;
+        let (from, len) = self.tstate_head()?;
+        Some((tstate.wrapping_add(from), len))
     }
 
     /// The bytes of a thread state read with its `native_thread_id`, from the lower of
@@ -198,12 +211,14 @@ impl PythonProcess {
 
     /// [`thread_state`](Self::thread_state), and when the thread state remembered for
     /// `tid` is checked, the bytes [`tstate_head`](Self::tstate_head) says read into
-    /// `head` with the same copy (their length, 0 when not read).
+    /// `head` with the same copy (their length, 0 when not read), or taken from `ahead`
+    /// where it holds them.
     fn thread_state_head(
         &self,
         tid: u32,
         thread_pointer: Option<u64>,
         copied: Option<(u64, &[u8])>,
+        ahead: Option<(u64, &[u8])>,
         head: &mut [u8],
     ) -> Result<(u64, usize), PythonError> {
         let mem: &dyn TargetMemory = &self.memory;
@@ -231,7 +246,14 @@ impl PythonProcess {
         if let Some(tstate) = known {
             if let Some((from, len)) = self.tstate_head().filter(|&(_, len)| len <= head.len()) {
                 let head = &mut head[..len];
-                let read = mem.read_exact_at(tstate.wrapping_add(from), head).is_ok();
+                // Copied ahead of the stack when this thread state was expected.
+                let copies = CopiedMemory {
+                    copies: [ahead.unwrap_or((0, &[]))],
+                    memory: &self.memory,
+                };
+                let read = copies
+                    .read_exact_at(tstate.wrapping_add(from), head)
+                    .is_ok();
                 let at = self.offsets.tstate_native_thread_id - from;
                 if read && ne_u64(head, at) == Some(u64::from(tid)) {
                     return Ok((tstate, len));
@@ -512,9 +534,24 @@ impl PythonProcess {
         copied: Option<(u64, &[u8])>,
         stack: &mut PythonStack,
     ) -> Result<(), PythonError> {
+        self.sample_over_ahead(tid, thread_pointer, copied, None, stack)
+    }
+
+    /// [`sample_over`](Self::sample_over), with the bytes [`head_ahead`](Self::head_ahead)
+    /// named, copied with the stack: the thread state's head is taken from them when the
+    /// thread state is still the thread's.
+    pub fn sample_over_ahead(
+        &self,
+        tid: u32,
+        thread_pointer: Option<u64>,
+        copied: Option<(u64, &[u8])>,
+        ahead: Option<(u64, &[u8])>,
+        stack: &mut PythonStack,
+    ) -> Result<(), PythonError> {
         stack.clear();
         let mut head = [0u8; TSTATE_HEAD];
-        let (tstate, head_len) = self.thread_state_head(tid, thread_pointer, copied, &mut head)?;
+        let (tstate, head_len) =
+            self.thread_state_head(tid, thread_pointer, copied, ahead, &mut head)?;
         let head_at = self
             .tstate_head()
             .map_or(0, |(from, _)| tstate.wrapping_add(from));
