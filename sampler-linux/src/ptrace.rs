@@ -416,6 +416,7 @@ impl Rounds {
                         if let Some((last, runs)) = blocked {
                             if let Ok(Some(context)) = sample_blocked_with_stack_into(
                                 reader,
+                                tid,
                                 &mut self.records,
                                 stack,
                                 last.held,

@@ -6,7 +6,8 @@
 //! embeds the sampler brings its own.
 
 use otel_ctx_reader::memory::{ProcessMemory, ReadMethod};
-use otel_ctx_reader::thread::tls::{SampleError, StoppedThread};
+use otel_ctx_reader::thread::tls::{SampleError, StoppedThread, RECORD_FIRST_COPY};
+use otel_ctx_reader::thread::Copies;
 use otel_ctx_reader::{Error, RecordBuffer, ThreadContextRef, ThreadReader, UserRegisters};
 
 use crate::python::TSTATE_HEAD;
@@ -26,6 +27,10 @@ pub const MAX_STACK_SIZE: usize = 64 * 1024;
 pub struct StackBuffer {
     bytes: Box<[u8]>,
     len: usize,
+    /// The thread's record, copied ahead with the stack (from where it was at the
+    /// thread's last sample), and where from; `None` when not copied.
+    record: Box<[u8; RECORD_FIRST_COPY]>,
+    record_at: Option<u64>,
 }
 
 impl Default for StackBuffer {
@@ -40,6 +45,8 @@ impl StackBuffer {
         Self {
             bytes: vec![0; size.min(MAX_STACK_SIZE)].into_boxed_slice(),
             len: 0,
+            record: Box::new([0; RECORD_FIRST_COPY]),
+            record_at: None,
         }
     }
 
@@ -57,7 +64,18 @@ impl StackBuffer {
     /// The whole buffer, to copy into, and then [`set_len`](Self::set_len).
     pub(crate) fn spare(&mut self) -> &mut [u8] {
         self.len = 0;
+        self.record_at = None;
         &mut self.bytes
+    }
+
+    /// What was copied of the thread's memory, each with its address: the stack (from
+    /// `sp`), and the record copied ahead with it (`(0, &[])` when none was).
+    pub(crate) fn copies(&self, sp: u64) -> Copies<'_> {
+        let record = match self.record_at {
+            Some(at) => (at, &self.record[..]),
+            None => (0, &[][..]),
+        };
+        [(sp, self.bytes()), record]
     }
 
     /// Sets how many bytes the last copy filled (at most the capacity).
@@ -90,15 +108,15 @@ fn copy_stopped_stack(
     stopped: &StoppedThread,
     memory: &ProcessMemory,
     stack: &mut StackBuffer,
-    ahead: Ahead<'_>,
-) -> Result<(Held, bool), SampleError> {
+    record_at: Option<u64>,
+) -> Result<Held, SampleError> {
     let (registers, thread_pointer) = stopped.registers()?;
     let held = Held {
         registers,
         thread_pointer,
     };
-    let ahead = copy_stack(held, memory, stack, ahead)?;
-    Ok((held, ahead))
+    copy_stack(held, memory, stack, None, record_at)?;
+    Ok(held)
 }
 
 /// A range to copy ahead of a thread's stack, in the same system call: its address, and
@@ -106,13 +124,16 @@ fn copy_stopped_stack(
 type Ahead<'b> = Option<(u64, &'b mut [u8])>;
 
 /// Copies the top of the stack of a thread held at `held` (from the stack pointer up, at
-/// most `stack`'s capacity, less where the stack's mapping ends) into `stack`; and
-/// `ahead` with it where it can: whether `ahead` was copied.
+/// most `stack`'s capacity, less where the stack's mapping ends) into `stack`; and in the
+/// same system call, where the stack ends at the thread's control block, `head` and the
+/// record at `record_at` (into `stack`, [`StackBuffer::copies`]): whether `head` was
+/// copied.
 fn copy_stack(
     held: Held,
     memory: &ProcessMemory,
     stack: &mut StackBuffer,
-    ahead: Ahead<'_>,
+    head: Ahead<'_>,
+    record_at: Option<u64>,
 ) -> Result<bool, SampleError> {
     let Held {
         registers,
@@ -128,22 +149,35 @@ fn copy_stack(
                 source: e.into(),
             })
     };
-    let spare = stack.spare();
-    let mut ahead_copied = false;
-    let copied = match below_thread_block(sp, thread_pointer, spare.len()) {
+    let capacity = stack.capacity();
+    stack.spare();
+    let StackBuffer {
+        bytes: spare,
+        record,
+        record_at: record_copied,
+        ..
+    } = stack;
+    let mut head_copied = false;
+    let copied = match below_thread_block(sp, thread_pointer, capacity) {
         Some(end) => {
-            let got = match ahead {
-                Some(ahead) => {
-                    let mut reads = [ahead, (sp, &mut spare[..end + 8])];
-                    let whole = memory.read_leading(&mut reads);
-                    ahead_copied = whole >= 1;
-                    if whole == 2 {
-                        end + 8
-                    } else {
-                        read(sp, &mut spare[..end + 8])?
-                    }
-                }
-                None => read(sp, &mut spare[..end + 8])?,
+            // The stack first: the ranges after it count only when it was copied whole.
+            let stack_range = (sp, &mut spare[..end + 8]);
+            let record_range = record_at.map(|at| (at, &mut record[..]));
+            let has_head = head.is_some();
+            let whole = match (head, record_range) {
+                (None, None) => 0,
+                (Some(head), None) => memory.read_leading(&mut [stack_range, head]),
+                (None, Some(record)) => memory.read_leading(&mut [stack_range, record]),
+                (Some(head), Some(record)) => memory.read_leading(&mut [stack_range, head, record]),
+            };
+            head_copied = has_head && whole >= 2;
+            if record_at.is_some() && whole == 2 + usize::from(has_head) {
+                *record_copied = record_at;
+            }
+            let got = if whole >= 1 {
+                end + 8
+            } else {
+                read(sp, &mut spare[..end + 8])?
             };
             let self_pointer = spare
                 .get(end..end + 8)
@@ -161,7 +195,7 @@ fn copy_stack(
         None => read(sp, spare)?,
     };
     stack.set_len(copied);
-    Ok(ahead_copied)
+    Ok(head_copied)
 }
 
 /// Where a thread's stack ends in a copy of `capacity` bytes from `sp`, when its thread
@@ -196,10 +230,9 @@ pub fn sample_with_stack_into<'a>(
     buffer: &'a mut RecordBuffer,
     stack: &mut StackBuffer,
 ) -> Result<(Held, Option<ThreadContextRef<'a>>), SampleError> {
-    reader.sample_stopped_over_into(tid, buffer, move |stopped, memory| {
-        let (held, _) = copy_stopped_stack(stopped, memory, stack, None)?;
-        let copy = (held.registers.sp, stack.bytes());
-        Ok((held, held.thread_pointer, copy))
+    reader.sample_stopped_over_into(tid, buffer, move |stopped, memory, record_at| {
+        let held = copy_stopped_stack(stopped, memory, stack, record_at)?;
+        Ok((held, held.thread_pointer, stack.copies(held.registers.sp)))
     })
 }
 
@@ -210,17 +243,19 @@ pub fn sample_with_stack_into<'a>(
 /// thread ran meanwhile, and nothing read is kept.
 pub fn sample_blocked_with_stack_into<'a>(
     reader: &'a mut ThreadReader,
+    tid: u32,
     buffer: &'a mut RecordBuffer,
     stack: &mut StackBuffer,
     held: Held,
     unmoved: impl FnOnce() -> bool,
 ) -> Result<Option<Option<ThreadContextRef<'a>>>, SampleError> {
     let sampled = reader.sample_blocked_over_into(
+        tid,
         buffer,
         held.thread_pointer,
-        move |memory| {
-            copy_stack(held, memory, stack, None)?;
-            Ok(((), (held.registers.sp, stack.bytes())))
+        move |memory, record_at| {
+            copy_stack(held, memory, stack, None, record_at)?;
+            Ok(((), stack.copies(held.registers.sp)))
         },
         unmoved,
     )?;
@@ -237,11 +272,12 @@ fn copy_and_walk(
     python: &PythonProcess,
     tid: u32,
     frames: &mut PythonStack,
+    record_at: Option<u64>,
 ) -> Result<Result<(), PythonError>, SampleError> {
     let mut head = [0u8; TSTATE_HEAD];
     let ahead = python.head_ahead(tid).filter(|&(_, len)| len <= head.len());
     let into = ahead.map(|(at, len)| (at, &mut head[..len]));
-    let copied_ahead = copy_stack(held, memory, stack, into)?;
+    let copied_ahead = copy_stack(held, memory, stack, into, record_at)?;
     let copy = (held.registers.sp, stack.bytes());
     let ahead = ahead
         .filter(|_| copied_ahead)
@@ -266,18 +302,14 @@ pub fn sample_with_python_into<'a>(
     frames: &mut PythonStack,
 ) -> Result<PythonTaken<'a>, SampleError> {
     let ((held, walked), context) =
-        reader.sample_stopped_over_into(tid, buffer, move |stopped, memory| {
+        reader.sample_stopped_over_into(tid, buffer, move |stopped, memory, record_at| {
             let (registers, thread_pointer) = stopped.registers()?;
             let held = Held {
                 registers,
                 thread_pointer,
             };
-            let walked = copy_and_walk(held, memory, stack, python, tid, frames)?;
-            Ok((
-                (held, walked),
-                thread_pointer,
-                (registers.sp, stack.bytes()),
-            ))
+            let walked = copy_and_walk(held, memory, stack, python, tid, frames, record_at)?;
+            Ok(((held, walked), thread_pointer, stack.copies(registers.sp)))
         })?;
     Ok((held, context, walked))
 }
@@ -297,12 +329,12 @@ pub fn sample_blocked_with_python_into<'a>(
     unmoved: impl FnOnce() -> bool,
 ) -> Result<Option<PythonTaken<'a>>, SampleError> {
     let sampled = reader.sample_blocked_over_into(
+        tid,
         buffer,
         held.thread_pointer,
-        move |memory| {
-            let walked = copy_and_walk(held, memory, stack, python, tid, frames)?;
-            let copy = (held.registers.sp, stack.bytes());
-            Ok((walked, copy))
+        move |memory, record_at| {
+            let walked = copy_and_walk(held, memory, stack, python, tid, frames, record_at)?;
+            Ok((walked, stack.copies(held.registers.sp)))
         },
         unmoved,
     )?;
@@ -347,9 +379,7 @@ impl StackReader {
         stack: &mut StackBuffer,
     ) -> Result<UserRegisters, SampleError> {
         let stopped = StoppedThread::stop(tid)?;
-        Ok(copy_stopped_stack(&stopped, &self.memory, stack, None)?
-            .0
-            .registers)
+        Ok(copy_stopped_stack(&stopped, &self.memory, stack, None)?.registers)
         // `stopped` is dropped on return: the thread runs on.
     }
 
@@ -365,7 +395,7 @@ impl StackReader {
         frames: &mut PythonStack,
     ) -> Result<(UserRegisters, Result<(), PythonError>), SampleError> {
         let stopped = StoppedThread::stop(tid)?;
-        let (held, _) = copy_stopped_stack(&stopped, &self.memory, stack, None)?;
+        let held = copy_stopped_stack(&stopped, &self.memory, stack, None)?;
         let copied = Some((held.registers.sp, stack.bytes()));
         let walked = python.sample_over(tid, Some(held.thread_pointer), copied, frames);
         Ok((held.registers, walked))

@@ -6,7 +6,7 @@ pub(crate) mod reader;
 pub mod tls;
 
 pub use reader::{
-    OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
+    Copies, OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
     ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,
     KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL, OPEN_PATIENCE,
 };

@@ -2,6 +2,7 @@
 //! then stop each thread, read its record, and name its attributes through the process
 //! context's `threadlocal.attribute_key_map`.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -239,11 +240,17 @@ pub struct ThreadReader {
     max_record_size: usize,
     /// The buffer [`read_thread`](Self::read_thread) samples into, kept between calls.
     scratch: RecordBuffer,
+    /// Each thread's record at its last sample: where a sample's own work may copy the
+    /// record ahead (writers keep a thread's record where it is, request after request).
+    records_at: HashMap<u32, u64>,
 }
 
 fn module_list(modules: &[LoadedModule]) -> Vec<(String, u64)> {
     modules.iter().map(|m| (m.path.clone(), m.bias)).collect()
 }
+
+mod held;
+pub use held::Copies;
 
 impl ThreadReader {
     /// Locates `otel_thread_ctx_v1` in process `pid` and reads its key map, with default
@@ -293,6 +300,7 @@ impl ThreadReader {
             schema_version: None,
             max_record_size: options.max_record_size.max(RECORD_HEADER_SIZE),
             scratch: RecordBuffer::new(),
+            records_at: HashMap::new(),
         };
         // A process that updates its context all the time can be caught mid-update by
         // every attempt of one read (each read retries a few times itself): read again,
@@ -491,94 +499,6 @@ impl ThreadReader {
             Ok(((), stopped.thread_pointer()?))
         })?;
         Ok(context)
-    }
-
-    /// Like [`sample_into`](Self::sample_into), with more work done while the thread is
-    /// stopped: `while_stopped` gets the stopped thread and the process's memory, does
-    /// its work (takes the user registers, copies the stack, walks an interpreter's
-    /// frames) and returns its outcome with the thread pointer
-    /// ([`StoppedThread::thread_pointer`], or the one [`StoppedThread::registers`]
-    /// gives), from which the record is then read. The thread runs on once the record is
-    /// copied.
-    pub fn sample_stopped_into<'a, T>(
-        &'a mut self,
-        tid: u32,
-        buffer: &'a mut RecordBuffer,
-        while_stopped: impl FnOnce(&StoppedThread, &ProcessMemory) -> Result<(T, u64), SampleError>,
-    ) -> Result<(T, Option<ThreadContextRef<'a>>), SampleError> {
-        self.sample_stopped_over_into(tid, buffer, |stopped, memory| {
-            let (outcome, thread_pointer) = while_stopped(stopped, memory)?;
-            Ok((outcome, thread_pointer, (0, &[][..])))
-        })
-    }
-
-    /// [`sample_stopped_into`](Self::sample_stopped_into), where `while_stopped` also
-    /// hands back what it copied of the thread's memory, with the address it was copied
-    /// from (its stack, from the stack pointer up: on x86_64 a worker thread's static
-    /// TLS lies at its top). The slot is read from the copy when the copy holds it: one
-    /// system call fewer, and the same bytes, the thread being stopped.
-    pub fn sample_stopped_over_into<'a, 's, T>(
-        &'a mut self,
-        tid: u32,
-        buffer: &'a mut RecordBuffer,
-        while_stopped: impl FnOnce(
-            &StoppedThread,
-            &ProcessMemory,
-        ) -> Result<(T, u64, (u64, &'s [u8])), SampleError>,
-    ) -> Result<(T, Option<ThreadContextRef<'a>>), SampleError> {
-        let (outcome, contents) = {
-            let stopped = StoppedThread::stop(tid)?;
-            let (outcome, thread_pointer, copy) = while_stopped(&stopped, &self.memory)?;
-            (outcome, self.read_over(thread_pointer, copy, buffer)?)
-            // `stopped` is dropped here: the thread runs on.
-        };
-        Ok((outcome, self.named(contents, &buffer.attrs_data)))
-    }
-
-    /// [`sample_stopped_over_into`](Self::sample_stopped_over_into) without the stop, for
-    /// a thread blocked in a system call whose thread pointer and registers the caller
-    /// knows (from its `syscall` file, and a stop at the same point before):
-    /// `while_blocked` copies what it needs, the record is read, and `unmoved` then says
-    /// whether the thread stayed off its CPU all along (its count of runs unchanged, say).
-    /// `Ok(None)` when it did not: what was read may be torn, and none of it is kept.
-    #[allow(clippy::type_complexity)]
-    pub fn sample_blocked_over_into<'a, 's, T>(
-        &'a mut self,
-        buffer: &'a mut RecordBuffer,
-        thread_pointer: u64,
-        while_blocked: impl FnOnce(&ProcessMemory) -> Result<(T, (u64, &'s [u8])), SampleError>,
-        unmoved: impl FnOnce() -> bool,
-    ) -> Result<Option<(T, Option<ThreadContextRef<'a>>)>, SampleError> {
-        let read = while_blocked(&self.memory).and_then(|(outcome, copy)| {
-            Ok((outcome, self.read_over(thread_pointer, copy, buffer)?))
-        });
-        if !unmoved() {
-            return Ok(None);
-        }
-        let (outcome, contents) = read?;
-        Ok(Some((outcome, self.named(contents, &buffer.attrs_data))))
-    }
-
-    /// Reads the slot at `thread_pointer`, and the record it points to, into `buffer`;
-    /// from `copy` (an address and the bytes copied from it) where it holds them.
-    fn read_over(
-        &self,
-        thread_pointer: u64,
-        copy: (u64, &[u8]),
-        buffer: &mut RecordBuffer,
-    ) -> Result<SlotContents, SampleError> {
-        let memory = CopiedMemory {
-            copies: [copy],
-            memory: &self.memory,
-        };
-        Ok(
-            match self.resolution.slot_address(thread_pointer, &memory)? {
-                None => SlotContents::Null,
-                Some(slot) => {
-                    read_slot_into(slot, &memory, self.max_record_size, &mut buffer.attrs_data)?
-                }
-            },
-        )
     }
 
     /// The named context of what a read found: `None` unless a valid record.

@@ -18,5 +18,5 @@ pub use resolve::{
 };
 pub use sample::{
     read_slot, read_slot_into, read_stopped, SampleError, SlotContents, SlotState, ThreadRecord,
-    ThreadSample,
+    ThreadSample, RECORD_FIRST_COPY,
 };

@@ -213,6 +213,10 @@ pub fn read_slot(
 /// read in one copy.
 const ATTRS_WITH_HEADER: usize = 228;
 
+/// The bytes a record's first copy takes: its header and the first 228 bytes of
+/// attrs-data. A copy of them made ahead serves that copy.
+pub const RECORD_FIRST_COPY: usize = RECORD_HEADER_SIZE + ATTRS_WITH_HEADER;
+
 /// Follows the slot at `slot` to its record, copying the attrs-data into `attrs_data`
 /// (cleared first; its allocation is reused, so a buffer that has held the largest record
 /// allocates no more). The caller keeps the thread stopped.
@@ -234,7 +238,7 @@ pub fn read_slot_into(
     }
     // The header and, in the same copy, as many attrs-data bytes as most records hold;
     // the header alone when that copy runs into memory that is not mapped.
-    let mut head = [0u8; RECORD_HEADER_SIZE + ATTRS_WITH_HEADER];
+    let mut head = [0u8; RECORD_FIRST_COPY];
     let with_attrs = mem.read_exact_at(address, &mut head).is_ok();
     if !with_attrs {
         read(
