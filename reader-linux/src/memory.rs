@@ -409,6 +409,11 @@ impl crate::thread::tls::TargetMemory for ProcessMemory {
     }
 }
 
+/// What a sample's own work hands back of what it copied of a thread's memory, for the
+/// reader to read from: each copy with the address it was copied from (`(0, &[])` for
+/// none).
+pub type Copies<'s> = [(u64, &'s [u8]); 2];
+
 /// A process's memory with copies of some of it already taken while a thread was
 /// stopped (its stack, from the stack pointer up, which on x86_64 takes its static TLS
 /// too): a read that one copy holds whole comes from it, without a system call, and

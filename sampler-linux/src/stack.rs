@@ -10,7 +10,7 @@ use otel_ctx_reader::thread::tls::{SampleError, StoppedThread, RECORD_FIRST_COPY
 use otel_ctx_reader::thread::Copies;
 use otel_ctx_reader::{Error, RecordBuffer, ThreadContextRef, ThreadReader, UserRegisters};
 
-use crate::python::TSTATE_HEAD;
+use crate::python::walk::TSTATE_HEAD;
 use crate::python::{PythonError, PythonProcess, PythonStack};
 
 /// The stack copied by default: the top 16 KiB, enough for a few dozen frames of most

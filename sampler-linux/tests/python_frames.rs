@@ -195,9 +195,16 @@ fn a_blocked_thread_reads_without_a_stop_as_with_one() {
     let (stopped_stack, stopped_frames) = (stack.bytes().to_vec(), frames.frames().to_vec());
     assert!(!stopped_frames.is_empty(), "{}", target.label);
     for _ in 0..5 {
-        // Resumed by the stop's end, it goes back to its read.
-        std::thread::sleep(Duration::from_millis(20));
-        let point = files.blocked_in_syscall(main).expect("blocked in read");
+        // Resumed by the stop's end, it goes back to its read (a loaded host may take a
+        // while to run it).
+        let resumed = Instant::now();
+        let point = loop {
+            std::thread::sleep(Duration::from_millis(20));
+            match files.blocked_in_syscall(main) {
+                Some(point) => break point,
+                None => assert!(resumed.elapsed() < Duration::from_secs(10), "never back"),
+            }
+        };
         assert_eq!(point.number, libc::SYS_read as u64);
         assert_eq!((point.sp, point.pc), (held.registers.sp, held.registers.ip));
         let (_, runs) = files.cpu_runs(main).expect("schedstat");

@@ -5,8 +5,9 @@
 pub(crate) mod reader;
 pub mod tls;
 
+pub use crate::memory::Copies;
 pub use reader::{
-    Copies, OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
+    OwnedThreadContext, RecordBuffer, ThreadContextRef, ThreadError, ThreadReader,
     ThreadReaderOptions, ThreadReport, CONTEXT_SEARCH_INTERVAL, DEFAULT_MAX_RECORD_SIZE,
     KNOWN_SCHEMAS, MODULE_REFRESH_INTERVAL, OPEN_PATIENCE,
 };

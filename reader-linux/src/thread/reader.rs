@@ -250,7 +250,6 @@ fn module_list(modules: &[LoadedModule]) -> Vec<(String, u64)> {
 }
 
 mod held;
-pub use held::Copies;
 
 impl ThreadReader {
     /// Locates `otel_thread_ctx_v1` in process `pid` and reads its key map, with default

@@ -25,9 +25,7 @@ mod names;
 mod offsets;
 mod thread_names;
 mod threads;
-mod walk;
-
-pub(crate) use walk::TSTATE_HEAD;
+pub(crate) mod walk;
 
 use std::ops::Range;
 use std::sync::Arc;

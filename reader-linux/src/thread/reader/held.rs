@@ -3,13 +3,10 @@
 //! the thread's memory serves the reads of the slot and the record.
 
 use super::*;
+use crate::memory::Copies;
 
 /// The most threads whose last record [`ThreadReader`] remembers.
 const MAX_RECORDS_AT: usize = 4096;
-
-/// What a sample's own work hands back of what it copied of the thread's memory: each
-/// copy with the address it was copied from (`(0, &[])` for none).
-pub type Copies<'s> = [(u64, &'s [u8]); 2];
 
 impl ThreadReader {
     /// Like [`sample_into`](Self::sample_into), with more work done while the thread is
