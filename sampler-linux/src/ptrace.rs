@@ -19,7 +19,7 @@ use crate::stack::{
     sample_blocked_with_python_into, sample_blocked_with_stack_into, sample_with_python_into,
     sample_with_stack_into, Held, StackBuffer,
 };
-use otel_ctx_reader::procfs;
+use otel_ctx_reader::procfs::{self, BlockedInSyscall};
 use otel_ctx_reader::thread::tls::{PtraceError, SampleError};
 use otel_ctx_reader::thread::{RecordBuffer, ThreadReader};
 use otel_ctx_reader::UserRegisters;
@@ -28,7 +28,6 @@ use super::process::Process;
 use super::{deliver, PythonSample, Sample, SamplerError, SamplerOptions, SamplerStats, Threads};
 use crate::python::PythonStack;
 use crate::tasks::TaskFiles;
-use otel_ctx_reader::procfs::BlockedInSyscall;
 
 /// The rounds' pace and buffers.
 pub(super) struct Rounds {
@@ -80,16 +79,17 @@ impl BlockedStops {
             .copied()
     }
 
-    /// Remembers `stop`, made at `point`.
+    /// Remembers `stop`, in place of an earlier one at the same point, else of the
+    /// oldest.
     fn remember(&mut self, stop: LastStop) {
-        let point = stop.held.registers;
-        let same = |s: &&mut Option<LastStop>| {
-            s.is_some_and(|s| s.held.registers.sp == point.sp && s.held.registers.ip == point.ip)
-        };
-        match self.stops.iter_mut().find(same) {
+        let same = self
+            .stops
+            .iter_mut()
+            .find(|s| s.is_some_and(|s| s.point() == stop.point()));
+        match same {
             Some(slot) => *slot = Some(stop),
             None => {
-                self.stops[self.next % BLOCKED_POINTS] = Some(stop);
+                self.stops[self.next] = Some(stop);
                 self.next = (self.next + 1) % BLOCKED_POINTS;
             }
         }
@@ -121,9 +121,14 @@ impl LastStop {
         frame_link(self.held.registers, stack) == self.link
     }
 
+    /// Where the thread was held: its stack and instruction pointers.
+    fn point(&self) -> (u64, u64) {
+        (self.held.registers.sp, self.held.registers.ip)
+    }
+
     /// Whether the thread was held at the point a `syscall` file shows.
     fn is_at(&self, point: BlockedInSyscall) -> bool {
-        self.held.registers.sp == point.sp && self.held.registers.ip == point.pc
+        self.point() == (point.sp, point.pc)
     }
 }
 
@@ -365,7 +370,11 @@ impl Rounds {
                 // Where a thread stopped for this sample was held (`None`: not stopped,
                 // or no stack copied).
                 let mut stopped = None;
-                let seen_blocked = self.blocked_in_syscall(files, tid);
+                // Its `syscall` file is read only where a read without a stop can be
+                // made: with a thread reader and a stack to copy.
+                let seen_blocked = (reader.is_some() && self.stack.is_some())
+                    .then(|| self.blocked_in_syscall(files, tid))
+                    .flatten();
                 let blocked = seen_blocked
                     .and_then(|(point, runs)| Some((self.blocked_at(pid, tid, point)?, runs)));
                 let unmoved = |files: &mut TaskFiles, runs: u64| {
@@ -466,11 +475,10 @@ impl Rounds {
                     }
                     Err(e) => (None, Err(e)),
                 };
-                if blocked.is_some() && stopped.is_none() && registers.is_some() {
-                    stats.unstopped += 1;
-                }
+                let unstopped = blocked.is_some() && stopped.is_none() && registers.is_some();
+                stats.unstopped += u64::from(unstopped);
                 // A thread sampled without a stop was not made to run by it.
-                if weight_ns > 0 && !self.off_cpu && (stopped.is_some() || blocked.is_none()) {
+                if weight_ns > 0 && !self.off_cpu && !unstopped {
                     CpuSeen::sampled(&mut self.cpu_now, files, pid, tid);
                 }
                 // A stop of a thread still where its `syscall` file showed it blocked.

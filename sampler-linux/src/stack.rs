@@ -101,6 +101,17 @@ pub struct Held {
     pub thread_pointer: u64,
 }
 
+impl Held {
+    /// Where `stopped` is held: its registers and thread pointer, from one request.
+    fn of(stopped: &StoppedThread) -> Result<Self, SampleError> {
+        let (registers, thread_pointer) = stopped.registers()?;
+        Ok(Self {
+            registers,
+            thread_pointer,
+        })
+    }
+}
+
 /// Takes the user registers and thread pointer of `stopped`, and copies the top of its
 /// stack into `stack` ([`copy_stack`]): the stack half of every ptrace sample, with a
 /// thread context or without.
@@ -110,11 +121,7 @@ fn copy_stopped_stack(
     stack: &mut StackBuffer,
     record_at: Option<u64>,
 ) -> Result<Held, SampleError> {
-    let (registers, thread_pointer) = stopped.registers()?;
-    let held = Held {
-        registers,
-        thread_pointer,
-    };
+    let held = Held::of(stopped)?;
     copy_stack(held, memory, stack, None, record_at)?;
     Ok(held)
 }
@@ -303,13 +310,10 @@ pub fn sample_with_python_into<'a>(
 ) -> Result<PythonTaken<'a>, SampleError> {
     let ((held, walked), context) =
         reader.sample_stopped_over_into(tid, buffer, move |stopped, memory, record_at| {
-            let (registers, thread_pointer) = stopped.registers()?;
-            let held = Held {
-                registers,
-                thread_pointer,
-            };
+            let held = Held::of(stopped)?;
             let walked = copy_and_walk(held, memory, stack, python, tid, frames, record_at)?;
-            Ok(((held, walked), thread_pointer, stack.copies(registers.sp)))
+            let copies = stack.copies(held.registers.sp);
+            Ok(((held, walked), held.thread_pointer, copies))
         })?;
     Ok((held, context, walked))
 }
@@ -395,9 +399,8 @@ impl StackReader {
         frames: &mut PythonStack,
     ) -> Result<(UserRegisters, Result<(), PythonError>), SampleError> {
         let stopped = StoppedThread::stop(tid)?;
-        let held = copy_stopped_stack(&stopped, &self.memory, stack, None)?;
-        let copied = Some((held.registers.sp, stack.bytes()));
-        let walked = python.sample_over(tid, Some(held.thread_pointer), copied, frames);
+        let held = Held::of(&stopped)?;
+        let walked = copy_and_walk(held, &self.memory, stack, python, tid, frames, None)?;
         Ok((held.registers, walked))
         // `stopped` is dropped on return: the thread runs on.
     }
