@@ -122,7 +122,7 @@ fn copy_stopped_stack(
     record_at: Option<u64>,
 ) -> Result<Held, SampleError> {
     let held = Held::of(stopped)?;
-    copy_stack(held, memory, stack, None, record_at)?;
+    copy_stack(held, memory, stack, None, record_at, &mut [])?;
     Ok(held)
 }
 
@@ -132,16 +132,17 @@ type Ahead<'b> = Option<(u64, &'b mut [u8])>;
 
 /// Copies the top of the stack of a thread held at `held` (from the stack pointer up, at
 /// most `stack`'s capacity, less where the stack's mapping ends) into `stack`; and in the
-/// same system call, where the stack ends at the thread's control block, `head` and the
-/// record at `record_at` (into `stack`, [`StackBuffer::copies`]): whether `head` was
-/// copied.
+/// same system call, where the stack ends at the thread's control block, `head`, the
+/// record at `record_at` (into `stack`, [`StackBuffer::copies`]) and the ranges of
+/// `after`, in that order: whether `head` was copied, and how many of `after` were.
 fn copy_stack(
     held: Held,
     memory: &ProcessMemory,
     stack: &mut StackBuffer,
     head: Ahead<'_>,
     record_at: Option<u64>,
-) -> Result<bool, SampleError> {
+    after: &mut [(u64, &mut [u8])],
+) -> Result<(bool, usize), SampleError> {
     let Held {
         registers,
         thread_pointer,
@@ -165,22 +166,28 @@ fn copy_stack(
         ..
     } = stack;
     let mut head_copied = false;
+    let mut after_copied = 0;
     let copied = match below_thread_block(sp, thread_pointer, capacity) {
         Some(end) => {
             // The stack first: the ranges after it count only when it was copied whole.
-            let stack_range = (sp, &mut spare[..end + 8]);
-            let record_range = record_at.map(|at| (at, &mut record[..]));
-            let has_head = head.is_some();
-            let whole = match (head, record_range) {
-                (None, None) => 0,
-                (Some(head), None) => memory.read_leading(&mut [stack_range, head]),
-                (None, Some(record)) => memory.read_leading(&mut [stack_range, record]),
-                (Some(head), Some(record)) => memory.read_leading(&mut [stack_range, head, record]),
+            let (has_head, has_record) = (head.is_some(), record_at.is_some());
+            let whole = if head.is_none() && record_at.is_none() && after.is_empty() {
+                0
+            } else {
+                let leading = [Some((sp, &mut spare[..end + 8])), head]
+                    .into_iter()
+                    .chain([record_at.map(|at| (at, &mut record[..]))])
+                    .flatten();
+                let after = after.iter_mut().map(|(at, bytes)| (*at, &mut **bytes));
+                let mut reads: Vec<(u64, &mut [u8])> = leading.chain(after).collect();
+                memory.read_leading(&mut reads)
             };
             head_copied = has_head && whole >= 2;
-            if record_at.is_some() && whole == 2 + usize::from(has_head) {
+            let record_index = 1 + usize::from(has_head);
+            if has_record && whole > record_index {
                 *record_copied = record_at;
             }
+            after_copied = whole.saturating_sub(record_index + usize::from(has_record));
             let got = if whole >= 1 {
                 end + 8
             } else {
@@ -202,7 +209,7 @@ fn copy_stack(
         None => read(sp, spare)?,
     };
     stack.set_len(copied);
-    Ok(head_copied)
+    Ok((head_copied, after_copied))
 }
 
 /// Where a thread's stack ends in a copy of `capacity` bytes from `sp`, when its thread
@@ -261,7 +268,7 @@ pub fn sample_blocked_with_stack_into<'a>(
         buffer,
         held.thread_pointer,
         move |memory, record_at| {
-            copy_stack(held, memory, stack, None, record_at)?;
+            copy_stack(held, memory, stack, None, record_at, &mut [])?;
             Ok(((), stack.copies(held.registers.sp)))
         },
         unmoved,
@@ -270,8 +277,9 @@ pub fn sample_blocked_with_stack_into<'a>(
 }
 
 /// Copies the stack of thread `tid`, held at `held`, with its Python thread state's head
-/// ahead of it in the same system call where the walk knows where it is, and walks its
-/// Python frames into `frames`: the walk's own outcome.
+/// and the window of its frames ahead of it in the same system call where the walk knows
+/// where they are (from the thread's last walk), and walks its Python frames into
+/// `frames`: the walk's own outcome.
 fn copy_and_walk(
     held: Held,
     memory: &ProcessMemory,
@@ -284,12 +292,29 @@ fn copy_and_walk(
     let mut head = [0u8; TSTATE_HEAD];
     let ahead = python.head_ahead(tid).filter(|&(_, len)| len <= head.len());
     let into = ahead.map(|(at, len)| (at, &mut head[..len]));
-    let copied_ahead = copy_stack(held, memory, stack, into, record_at)?;
+    let (window, copied_ahead, window_copied) = match python.window_ahead(tid, frames) {
+        Some((window, mut ranges)) => {
+            let (head, copied) = copy_stack(held, memory, stack, into, record_at, &mut ranges)?;
+            (Some(window), head, copied)
+        }
+        None => {
+            let (head, _) = copy_stack(held, memory, stack, into, record_at, &mut [])?;
+            (None, head, 0)
+        }
+    };
     let copy = (held.registers.sp, stack.bytes());
     let ahead = ahead
         .filter(|_| copied_ahead)
         .map(|(at, len)| (at, &head[..len]));
-    Ok(python.sample_over_ahead(tid, Some(held.thread_pointer), Some(copy), ahead, frames))
+    let window = window.map(|window| window.copied(window_copied));
+    Ok(python.sample_over_ahead(
+        tid,
+        Some(held.thread_pointer),
+        Some(copy),
+        ahead,
+        window,
+        frames,
+    ))
 }
 
 /// What a ptrace sample with the Python walk gives: where the thread was held, its

@@ -98,6 +98,10 @@ pub struct PythonProcess {
     /// The code objects of the last walk, whose stamps the next walk copies with its
     /// first frames (at most [`walk::MAX_EXPECTED_CODES`]).
     expected_codes: std::cell::RefCell<Vec<u64>>,
+    /// Each thread's frames at its last walk: the page of its newest, and how many pages
+    /// below it held older ones, where the window its next walk copies ahead lies (at
+    /// most [`MAX_PYTHON_THREADS`] threads).
+    last_frames: std::cell::RefCell<std::collections::HashMap<u32, (u64, u64)>>,
 }
 
 /// The names looked up in an interpreter's `.dynsym`.
@@ -207,6 +211,7 @@ impl PythonProcess {
             failed: Vec::new(),
             threads: Default::default(),
             expected_codes: Default::default(),
+            last_frames: Default::default(),
         };
         // An interpreter has a main interpreter with a thread list: anything else is not
         // one (or has not started, or has finished).

@@ -55,14 +55,108 @@ struct FrameWindow<'a> {
     stamped: Option<usize>,
 }
 
+/// A frame window copied ahead of a walk, in the same system call as the thread's stack:
+/// around the page of the thread's newest frame at its last walk. Its ranges are laid out
+/// as [`FrameWindow::read`] lays out its own first copy: that page, the expected code
+/// objects' stamps, then the pages below it, highest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WindowAhead {
+    /// The page of the thread's newest frame at its last walk.
+    page: u64,
+    /// The pages below it in the copy.
+    below: u64,
+    /// How many code objects' stamps the copy asked for.
+    expected: usize,
+    /// How many of the ranges were copied, in their order.
+    copied: usize,
+}
+
+impl WindowAhead {
+    /// The same window, `copied` of its ranges copied.
+    pub(crate) const fn copied(self, copied: usize) -> Self {
+        Self { copied, ..self }
+    }
+}
+
+/// Ranges of the target's memory to copy, each with the buffer it goes into.
+pub(crate) type Ranges<'s> = Vec<(u64, &'s mut [u8])>;
+
+/// Lays out in `bytes` and `stamps` a window ahead around `page` (with `below` pages below
+/// it, and the stamps of the code objects `expected`, each `stamp.1` bytes from
+/// `stamp.0` on), and gives the ranges to copy into them, in [`WindowAhead`]'s order.
+fn lay_out_window<'s>(
+    page: u64,
+    below: u64,
+    expected: &[u64],
+    (stamp_from, stamp_len): (u64, usize),
+    bytes: &'s mut Vec<u8>,
+    stamps: &'s mut Vec<u8>,
+) -> (WindowAhead, Ranges<'s>) {
+    let below = below.min(page / PAGE);
+    bytes.clear();
+    bytes.resize(((below + 1) * PAGE) as usize, 0);
+    stamps.clear();
+    stamps.resize(expected.len() * stamp_len, 0);
+    let (lower, top) = bytes.split_at_mut((below * PAGE) as usize);
+    let mut reads = Vec::with_capacity(1 + expected.len() + below as usize);
+    reads.push((page, top));
+    let codes = expected.iter().map(|code| code.wrapping_add(stamp_from));
+    reads.extend(codes.zip(stamps.chunks_exact_mut(stamp_len.max(1))));
+    let low = page - below * PAGE;
+    let pages = lower.chunks_exact_mut(PAGE as usize).enumerate().rev();
+    reads.extend(pages.map(|(i, bytes)| (low + i as u64 * PAGE, bytes)));
+    let window = WindowAhead {
+        page,
+        below,
+        expected: expected.len(),
+        copied: 0,
+    };
+    (window, reads)
+}
+
 impl<'a> FrameWindow<'a> {
+    /// A window that holds what `ahead` says was copied into `bytes` and `stamps` with
+    /// the thread's stack; empty when nothing was (or the layout is not `ahead`'s).
+    fn ahead(
+        bytes: &'a mut Vec<u8>,
+        expected: &'a [u64],
+        stamps: &'a mut Vec<u8>,
+        stamp: (u64, usize),
+        ahead: WindowAhead,
+    ) -> Self {
+        let laid_out = usize::try_from((ahead.below + 1) * PAGE).ok() == Some(bytes.len())
+            && ahead.expected == expected.len()
+            && stamps.len() == expected.len() * stamp.1;
+        if ahead.copied == 0 || !laid_out {
+            return Self::new(bytes, expected, stamps, stamp);
+        }
+        let stamped = (ahead.copied - 1).min(ahead.expected);
+        let pages_below =
+            ((ahead.copied - 1).saturating_sub(ahead.expected) as u64).min(ahead.below);
+        let mut window = Self::new_keeping(bytes, expected, stamps, stamp);
+        window.base = ahead.page - pages_below * PAGE;
+        window.start = ((ahead.below - pages_below) * PAGE) as usize;
+        window.stamped = Some(stamped);
+        window
+    }
+
     fn new(
+        bytes: &'a mut Vec<u8>,
+        expected: &'a [u64],
+        stamps: &'a mut Vec<u8>,
+        stamp: (u64, usize),
+    ) -> Self {
+        bytes.clear();
+        Self::new_keeping(bytes, expected, stamps, stamp)
+    }
+
+    /// An empty window over `bytes` as they are.
+    fn new_keeping(
         bytes: &'a mut Vec<u8>,
         expected: &'a [u64],
         stamps: &'a mut Vec<u8>,
         (stamp_from, stamp_len): (u64, usize),
     ) -> Self {
-        bytes.clear();
         Self {
             bytes,
             base: 0,
@@ -186,7 +280,7 @@ impl PythonProcess {
     /// (the bytes from its `native_thread_id` to the word that leads to its current
     /// frame): the address and length to copy ahead, in the same system call as the
     /// thread's stack, for [`sample_over_ahead`](Self::sample_over_ahead) to find it there.
-    pub fn head_ahead(&self, tid: u32) -> Option<(u64, usize)> {
+    pub(crate) fn head_ahead(&self, tid: u32) -> Option<(u64, usize)> {
         if self.tstate_tls.is_some() {
             return None;
         }
@@ -207,6 +301,43 @@ impl PythonProcess {
             .ok()
             .filter(|&len| len <= TSTATE_HEAD)
             .map(|len| (from, len))
+    }
+
+    /// Where a code object's stamp (its first line and file name) lies: the offset from
+    /// the code object and the length that take both.
+    fn stamp_range(&self) -> Result<(u64, usize), PythonError> {
+        let o = &self.offsets;
+        let (from, to) = (
+            o.code_firstlineno.min(o.code_filename),
+            o.code_firstlineno.max(o.code_filename) + 8,
+        );
+        if to - from > 256 {
+            return Err(PythonError::Malformed("a code stamp past 256 bytes"));
+        }
+        Ok((from, (to - from) as usize))
+    }
+
+    /// The frame window to copy ahead of thread `tid`'s walk, with its stack: the page its
+    /// newest frame was on at its last walk and the pages below that held its older
+    /// frames (`None` when it had no frame then), laid out in `stack`'s buffers, and the
+    /// ranges to copy into them, in order.
+    pub(crate) fn window_ahead<'s>(
+        &self,
+        tid: u32,
+        stack: &'s mut PythonStack,
+    ) -> Option<(WindowAhead, Ranges<'s>)> {
+        let (page, below) = self.last_frames.borrow().get(&tid).copied()?;
+        let stamp = self.stamp_range().ok()?;
+        let below = below.min(PAGES_BELOW).min(page / PAGE);
+        let expected = self.expected_codes.borrow();
+        let PythonStack {
+            scratch,
+            expected: stamps,
+            ..
+        } = stack;
+        Some(lay_out_window(
+            page, below, &expected, stamp, scratch, stamps,
+        ))
     }
 
     /// [`thread_state`](Self::thread_state), and when the thread state remembered for
@@ -305,15 +436,17 @@ impl PythonProcess {
     /// frame and the older frames below it in the same data-stack chunk), and the stamps
     /// of their code objects all in one copy once the chain is known.
     pub fn walk(&self, tstate: u64, stack: &mut PythonStack) -> Result<(), PythonError> {
-        self.walk_in(&self.memory, tstate, stack)
+        self.walk_in(&self.memory, tstate, None, stack)
     }
 
     /// [`walk`](Self::walk), reading the thread state and what leads from it to the
-    /// current frame through `mem`.
+    /// current frame through `mem`, and the frames first from `window`, where one was
+    /// copied ahead into `stack`'s buffers.
     fn walk_in(
         &self,
         mem: &dyn TargetMemory,
         tstate: u64,
+        window: Option<WindowAhead>,
         stack: &mut PythonStack,
     ) -> Result<(), PythonError> {
         stack.clear();
@@ -346,21 +479,18 @@ impl PythonProcess {
         let header = header
             .get_mut(..header_len as usize)
             .ok_or(PythonError::Malformed("a frame header past 128 bytes"))?;
-        let (stamp_from, stamp_to) = (
-            o.code_firstlineno.min(o.code_filename),
-            o.code_firstlineno.max(o.code_filename) + 8,
-        );
-        if stamp_to - stamp_from > 256 {
-            return Err(PythonError::Malformed("a code stamp past 256 bytes"));
-        }
-        let stamp_len = (stamp_to - stamp_from) as usize;
+        let (stamp_from, stamp_len) = self.stamp_range()?;
         let expected = self.expected_codes.borrow();
         let PythonStack {
             frames,
             scratch,
             expected: stamps,
         } = stack;
-        let mut window = FrameWindow::new(scratch, &expected, stamps, (stamp_from, stamp_len));
+        let stamp = (stamp_from, stamp_len);
+        let mut window = match window {
+            Some(ahead) => FrameWindow::ahead(scratch, &expected, stamps, stamp, ahead),
+            None => FrameWindow::new(scratch, &expected, stamps, stamp),
+        };
         let mut walked = 0;
         while frame != 0 {
             walked += 1;
@@ -440,15 +570,17 @@ impl PythonProcess {
             return Err(PythonError::Loop);
         }
         self.stamp_codes(stack, &missing, stamp_from, stamp_len)?;
-        // The next walk expects these code objects.
+        // The next walk, of this thread or another, expects these code objects first,
+        // then those of the walks before, as many as fit.
         let mut expected = self.expected_codes.borrow_mut();
-        expected.clear();
-        for frame in stack.frames.iter().filter(|f| !f.is_shim()) {
+        let before = std::mem::take(&mut *expected);
+        let walked = stack.frames.iter().filter(|f| !f.is_shim()).map(|f| f.code);
+        for code in walked.chain(before) {
             if expected.len() >= MAX_EXPECTED_CODES {
                 break;
             }
-            if !expected.contains(&frame.code) {
-                expected.push(frame.code);
+            if !expected.contains(&code) {
+                expected.push(code);
             }
         }
         Ok(())
@@ -534,18 +666,21 @@ impl PythonProcess {
         copied: Option<(u64, &[u8])>,
         stack: &mut PythonStack,
     ) -> Result<(), PythonError> {
-        self.sample_over_ahead(tid, thread_pointer, copied, None, stack)
+        self.sample_over_ahead(tid, thread_pointer, copied, None, None, stack)
     }
 
     /// [`sample_over`](Self::sample_over), with the bytes [`head_ahead`](Self::head_ahead)
     /// named, copied with the stack: the thread state's head is taken from them when the
-    /// thread state is still the thread's.
-    pub fn sample_over_ahead(
+    /// thread state is still the thread's; and the frames first from `window`, the
+    /// window [`window_ahead`](Self::window_ahead) laid out in `stack`, where it was copied
+    /// with the stack. The walk's frames say where the thread's next window lies.
+    pub(crate) fn sample_over_ahead(
         &self,
         tid: u32,
         thread_pointer: Option<u64>,
         copied: Option<(u64, &[u8])>,
         ahead: Option<(u64, &[u8])>,
+        window: Option<WindowAhead>,
         stack: &mut PythonStack,
     ) -> Result<(), PythonError> {
         stack.clear();
@@ -559,7 +694,30 @@ impl PythonProcess {
             copies: [(head_at, &head[..head_len]), copied.unwrap_or((0, &[]))],
             memory: &self.memory,
         };
-        self.walk_in(&mem, tstate, stack)
+        let walked = self.walk_in(&mem, tstate, window, stack);
+        let mut last_frames = self.last_frames.borrow_mut();
+        match stack.frames.first().filter(|_| walked.is_ok()) {
+            Some(newest) => {
+                if last_frames.len() >= MAX_PYTHON_THREADS && !last_frames.contains_key(&tid) {
+                    last_frames.clear();
+                }
+                // The pages below the newest frame's that held older frames of the walk
+                // (the older frames of a data-stack chunk lie below the newer ones).
+                let page = newest.frame & !(PAGE - 1);
+                let lowest = stack
+                    .frames
+                    .iter()
+                    .map(|f| f.frame & !(PAGE - 1))
+                    .filter(|&at| at <= page && page - at <= PAGES_BELOW * PAGE)
+                    .min()
+                    .unwrap_or(page);
+                last_frames.insert(tid, (page, (page - lowest) / PAGE));
+            }
+            None => {
+                last_frames.remove(&tid);
+            }
+        }
+        walked
     }
 }
 
@@ -602,5 +760,48 @@ mod tests {
         window.read(&memory, at, &mut out).unwrap();
         assert!(window.get(page - 2 * PAGE, 24).is_some());
         assert_eq!(window.get(page - 2 * PAGE - 1, 24), None);
+    }
+
+    #[test]
+    fn a_window_copied_ahead_holds_what_its_copy_took() {
+        let memory = ProcessMemory::new(std::process::id(), ReadMethod::Auto);
+        let data: Vec<u8> = (0..6 * PAGE as usize).map(|i| (i % 241) as u8).collect();
+        let start = data.as_ptr() as u64;
+        let page = (start + 3 * PAGE) & !(PAGE - 1);
+        let at = |addr: u64| &data[(addr - start) as usize..][..24];
+        let (mut bytes, mut stamps) = (Vec::new(), Vec::new());
+        let copy = |expected: &[u64], bytes: &mut Vec<u8>, stamps: &mut Vec<u8>| {
+            let (window, mut reads) = lay_out_window(page, 2, expected, (0, 16), bytes, stamps);
+            assert_eq!(reads.len(), 1 + expected.len() + 2);
+            window.copied(memory.read_leading(&mut reads))
+        };
+        // All copied: the page whole, the stamps, the two pages below.
+        let expected = [start + 8, start + 40];
+        let ahead = copy(&expected, &mut bytes, &mut stamps);
+        let window = FrameWindow::ahead(&mut bytes, &expected, &mut stamps, (0, 16), ahead);
+        assert_eq!(window.get(page + PAGE - 24, 24), Some(at(page + PAGE - 24)));
+        assert_eq!(window.get(page - 2 * PAGE, 24), Some(at(page - 2 * PAGE)));
+        assert_eq!(window.get(page - 2 * PAGE - 8, 24), None);
+        assert_eq!(window.get(page + PAGE - 8, 24), None);
+        assert_eq!(window.stamp(start + 40).unwrap()[0], data[40]);
+        // A stamp that cannot be copied ends the copy: the stamps before it and the page
+        // are held, the pages below are not.
+        let expected = [start + 8, 8, start + 40];
+        let ahead = copy(&expected, &mut bytes, &mut stamps);
+        let window = FrameWindow::ahead(&mut bytes, &expected, &mut stamps, (0, 16), ahead);
+        assert_eq!(window.get(page + 100, 24), Some(at(page + 100)));
+        assert_eq!(window.get(page - 100, 24), None);
+        assert_eq!(window.stamp(start + 8).unwrap()[0], data[8]);
+        assert_eq!(window.stamp(start + 40), None);
+        // Nothing copied, or a layout that is not the window's: an empty window, whose
+        // first read copies the stamps.
+        let (window, _) = lay_out_window(page, 2, &[], (0, 16), &mut bytes, &mut stamps);
+        let empty = FrameWindow::ahead(&mut bytes, &[], &mut stamps, (0, 16), window);
+        assert_eq!(empty.get(page + 100, 24), None);
+        assert_eq!(empty.stamped, None);
+        let (window, _) = lay_out_window(page, 2, &[], (0, 16), &mut bytes, &mut stamps);
+        let one = [start];
+        let other = FrameWindow::ahead(&mut bytes, &one, &mut stamps, (0, 16), window.copied(3));
+        assert_eq!(other.get(page + 100, 24), None);
     }
 }
