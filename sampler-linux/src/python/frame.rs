@@ -67,6 +67,8 @@ pub struct PythonStack {
     pub(super) scratch: Vec<u8>,
     /// The stamps of the code objects the walk expected, copied with its first frames.
     pub(super) expected: Vec<u8>,
+    /// Those code objects, in the same order.
+    pub(super) asked: Vec<u64>,
 }
 
 /// Adds `frame` to `frames` unless they hold [`MAX_PYTHON_FRAMES`] already (then false):
@@ -86,6 +88,7 @@ impl PythonStack {
             frames: Vec::with_capacity(MAX_PYTHON_FRAMES),
             scratch: Vec::new(),
             expected: Vec::new(),
+            asked: Vec::new(),
         }
     }
 

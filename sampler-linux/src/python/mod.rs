@@ -95,13 +95,17 @@ pub struct PythonProcess {
     /// The code objects of the last sample named that could not be read, and why.
     failed: Vec<(u64, u64, PythonError)>,
     threads: std::cell::RefCell<std::collections::HashMap<u32, u64>>,
-    /// The code objects of the last walk, whose stamps the next walk copies with its
-    /// first frames (at most [`walk::MAX_EXPECTED_CODES`]).
+    /// The code objects of the last walks, newest first, whose stamps the next walk
+    /// copies with its first frames where they are not fresh (at most
+    /// [`walk::MAX_EXPECTED_CODES`]).
     expected_codes: std::cell::RefCell<Vec<u64>>,
     /// Each thread's frames at its last walk: the page of its newest, and how many pages
     /// below it held older ones, where the window its next walk copies ahead lies (at
     /// most [`MAX_PYTHON_THREADS`] threads).
     last_frames: std::cell::RefCell<std::collections::HashMap<u32, (u64, u64)>>,
+    /// The code objects' stamps read lately: read again only once they are older than
+    /// [`names::STAMP_TRUST`].
+    stamps_read: std::cell::RefCell<names::StampsRead>,
 }
 
 /// The names looked up in an interpreter's `.dynsym`.
@@ -212,6 +216,7 @@ impl PythonProcess {
             threads: Default::default(),
             expected_codes: Default::default(),
             last_frames: Default::default(),
+            stamps_read: Default::default(),
         };
         // An interpreter has a main interpreter with a thread list: anything else is not
         // one (or has not started, or has finished).

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::error::PythonError;
 use super::offsets::Offsets;
@@ -135,6 +136,44 @@ fn line_at(table: &[u8], first_line: u32, lasti: u32) -> Option<u32> {
 /// object freed and replaced by another at the same address rarely has both alike.
 pub(crate) fn stamp(first_line: u32, filename: u64) -> u64 {
     filename ^ (u64::from(first_line) << 48)
+}
+
+/// How long a code object's stamp, once read, stands for the code object at its address
+/// without another read. A frame keeps its code object alive, so the address names
+/// another code object only once that one was freed and its memory reused: a frame of
+/// the new one is named after the old one for at most this long after the last read.
+pub(crate) const STAMP_TRUST: Duration = Duration::from_millis(25);
+
+/// The most code objects whose last stamp read is kept before the record starts again.
+const MAX_STAMPS_READ: usize = 4096;
+
+/// The stamps read of code objects, each with when the copy it came from was made.
+#[derive(Debug, Default)]
+pub(crate) struct StampsRead {
+    read: HashMap<u64, (u64, Instant)>,
+}
+
+impl StampsRead {
+    /// The stamp of code object `code`, if one was read less than [`STAMP_TRUST`]
+    /// before `at`.
+    pub(crate) fn fresh(&self, code: u64, at: Instant) -> Option<u64> {
+        let &(stamp, read) = self.read.get(&code)?;
+        (at.saturating_duration_since(read) < STAMP_TRUST).then_some(stamp)
+    }
+
+    /// Notes that `code`'s stamp read `stamp` in a copy made at `at`.
+    pub(crate) fn note(&mut self, code: u64, stamp: u64, at: Instant) {
+        if self.read.len() >= MAX_STAMPS_READ && !self.read.contains_key(&code) {
+            self.read.clear();
+        }
+        self.read.insert(code, (stamp, at));
+    }
+
+    /// The code objects of `codes` whose stamps are not fresh at `at`, into `due`.
+    pub(crate) fn due(&self, codes: &[u64], at: Instant, due: &mut Vec<u64>) {
+        due.clear();
+        due.extend(codes.iter().filter(|&&code| self.fresh(code, at).is_none()));
+    }
 }
 
 fn read_word(mem: &dyn TargetMemory, what: &'static str, at: u64) -> Result<u64, PythonError> {
@@ -484,5 +523,31 @@ mod tests {
             ),
             None
         );
+    }
+
+    /// A stamp read stands for its code object for [`STAMP_TRUST`] after its copy, and
+    /// only the code objects without a fresh one are due a read.
+    #[test]
+    fn a_stamp_stands_for_a_while_after_it_was_read() {
+        let mut read = StampsRead::default();
+        let t0 = Instant::now();
+        read.note(0x1000, 7, t0);
+        assert_eq!(read.fresh(0x1000, t0), Some(7));
+        assert_eq!(read.fresh(0x1000, t0 + STAMP_TRUST / 2), Some(7));
+        assert_eq!(read.fresh(0x1000, t0 + STAMP_TRUST), None);
+        assert_eq!(read.fresh(0x2000, t0), None);
+        let mut due = vec![0x9];
+        read.due(&[0x1000, 0x2000], t0, &mut due);
+        assert_eq!(due, [0x2000]);
+        read.due(&[0x1000, 0x2000], t0 + STAMP_TRUST, &mut due);
+        assert_eq!(due, [0x1000, 0x2000]);
+        // A new read replaces the old one.
+        read.note(0x1000, 8, t0 + STAMP_TRUST);
+        assert_eq!(read.fresh(0x1000, t0 + STAMP_TRUST), Some(8));
+        // Bounded: past the most kept, the record starts again.
+        for code in 0..MAX_STAMPS_READ as u64 + 1 {
+            read.note(0x10_0000 + code, 1, t0);
+        }
+        assert!(read.read.len() <= MAX_STAMPS_READ);
     }
 }

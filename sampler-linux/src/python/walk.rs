@@ -9,6 +9,7 @@ use super::names::stamp;
 use super::PythonProcess;
 use otel_ctx_reader::memory::{CopiedMemory, CopyError, ProcessMemory};
 use otel_ctx_reader::thread::tls::TargetMemory;
+use std::time::Instant;
 
 /// The most interpreters (the main one and subinterpreters) looked through.
 const MAX_INTERPRETERS: usize = 64;
@@ -69,6 +70,9 @@ pub(crate) struct WindowAhead {
     expected: usize,
     /// How many of the ranges were copied, in their order.
     copied: usize,
+    /// When the code objects whose stamps it asks for were chosen: those whose stamps
+    /// were not fresh then.
+    at: Instant,
 }
 
 impl WindowAhead {
@@ -110,6 +114,7 @@ fn lay_out_window<'s>(
         below,
         expected: expected.len(),
         copied: 0,
+        at: Instant::now(),
     };
     (window, reads)
 }
@@ -329,15 +334,17 @@ impl PythonProcess {
         let (page, below) = self.last_frames.borrow().get(&tid).copied()?;
         let stamp = self.stamp_range().ok()?;
         let below = below.min(PAGES_BELOW).min(page / PAGE);
-        let expected = self.expected_codes.borrow();
         let PythonStack {
             scratch,
             expected: stamps,
+            asked,
             ..
         } = stack;
-        Some(lay_out_window(
-            page, below, &expected, stamp, scratch, stamps,
-        ))
+        let expected = self.expected_codes.borrow();
+        self.stamps_read
+            .borrow()
+            .due(&expected, Instant::now(), asked);
+        Some(lay_out_window(page, below, asked, stamp, scratch, stamps))
     }
 
     /// [`thread_state`](Self::thread_state), and when the thread state remembered for
@@ -480,16 +487,25 @@ impl PythonProcess {
             .get_mut(..header_len as usize)
             .ok_or(PythonError::Malformed("a frame header past 128 bytes"))?;
         let (stamp_from, stamp_len) = self.stamp_range()?;
-        let expected = self.expected_codes.borrow();
         let PythonStack {
             frames,
             scratch,
             expected: stamps,
+            asked,
         } = stack;
         let stamp = (stamp_from, stamp_len);
-        let mut window = match window {
-            Some(ahead) => FrameWindow::ahead(scratch, &expected, stamps, stamp, ahead),
-            None => FrameWindow::new(scratch, &expected, stamps, stamp),
+        // The stamps asked for are those not fresh when the window's copy was laid out.
+        let (mut window, copied_at) = match window {
+            Some(ahead) => (
+                FrameWindow::ahead(scratch, asked, stamps, stamp, ahead),
+                ahead.at,
+            ),
+            None => {
+                let now = Instant::now();
+                let expected = self.expected_codes.borrow();
+                self.stamps_read.borrow().due(&expected, now, asked);
+                (FrameWindow::new(scratch, asked, stamps, stamp), now)
+            }
         };
         let mut walked = 0;
         while frame != 0 {
@@ -554,18 +570,24 @@ impl PythonProcess {
             }
             frame = previous;
         }
-        // The stamps copied with the first frames; the others' are read below.
+        // The stamps copied with the first frames, or read lately; the others' are read
+        // below.
         let mut missing = Vec::new();
+        let mut stamps_read = self.stamps_read.borrow_mut();
         for (at, frame) in frames.iter_mut().enumerate() {
             if frame.is_shim() {
                 continue;
             }
-            match window.stamp(frame.code) {
-                Some(head) => frame.stamp = self.stamp_of(head, stamp_from),
-                None => missing.push(at),
+            if let Some(head) = window.stamp(frame.code) {
+                frame.stamp = self.stamp_of(head, stamp_from);
+                stamps_read.note(frame.code, frame.stamp, copied_at);
+            } else if let Some(stamp) = stamps_read.fresh(frame.code, copied_at) {
+                frame.stamp = stamp;
+            } else {
+                missing.push(at);
             }
         }
-        drop(expected);
+        drop(stamps_read);
         if stack.loops() {
             return Err(PythonError::Loop);
         }
@@ -626,7 +648,9 @@ impl PythonProcess {
             .zip(scratch.chunks_exact_mut(len.max(1)))
             .collect();
         let results = self.memory.read_exact_each(&mut reads);
+        let now = Instant::now();
         drop(reads);
+        let mut stamps_read = self.stamps_read.borrow_mut();
         let heads = scratch.chunks_exact(len.max(1));
         for ((&at, result), head) in missing.iter().zip(results).zip(heads) {
             let Some(frame) = frames.get_mut(at) else {
@@ -639,6 +663,7 @@ impl PythonProcess {
                 });
             }
             frame.stamp = self.stamp_of(head, from);
+            stamps_read.note(frame.code, frame.stamp, now);
         }
         Ok(())
     }
