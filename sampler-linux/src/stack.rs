@@ -171,14 +171,25 @@ fn copy_stack(
         Some(end) => {
             // The stack first: the ranges after it count only when it was copied whole.
             let (has_head, has_record) = (head.is_some(), record_at.is_some());
-            let whole = if head.is_none() && record_at.is_none() && after.is_empty() {
+            // The stack, head and record in a fixed array: a sample without ranges after
+            // them allocates nothing.
+            let mut leading: [(u64, &mut [u8]); 3] = [(0, &mut []), (0, &mut []), (0, &mut [])];
+            let mut count = 0;
+            let record_range = record_at.map(|at| (at, &mut record[..]));
+            for range in [Some((sp, &mut spare[..end + 8])), head, record_range]
+                .into_iter()
+                .flatten()
+            {
+                leading[count] = range;
+                count += 1;
+            }
+            let whole = if count == 1 && after.is_empty() {
                 0
+            } else if after.is_empty() {
+                memory.read_leading(&mut leading[..count])
             } else {
-                let leading = [Some((sp, &mut spare[..end + 8])), head]
-                    .into_iter()
-                    .chain([record_at.map(|at| (at, &mut record[..]))])
-                    .flatten();
                 let after = after.iter_mut().map(|(at, bytes)| (*at, &mut **bytes));
+                let leading = leading.into_iter().take(count);
                 let mut reads: Vec<(u64, &mut [u8])> = leading.chain(after).collect();
                 memory.read_leading(&mut reads)
             };
