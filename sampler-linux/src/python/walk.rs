@@ -66,7 +66,11 @@ pub(crate) struct WindowAhead {
     page: u64,
     /// The pages below it in the copy.
     below: u64,
-    /// How many code objects' stamps the copy asked for.
+    /// How much of the page is copied, from its start (past its end for a frame that
+    /// crosses it).
+    top: usize,
+    /// Whether the copy asked for stamps, and how many.
+    asked: bool,
     expected: usize,
     /// How many of the ranges were copied, in their order.
     copied: usize,
@@ -85,34 +89,41 @@ impl WindowAhead {
 /// Ranges of the target's memory to copy, each with the buffer it goes into.
 pub(crate) type Ranges<'s> = Vec<(u64, &'s mut [u8])>;
 
-/// Lays out in `bytes` and `stamps` a window ahead around `page` (with `below` pages below
-/// it, and the stamps of the code objects `expected`, each `stamp.1` bytes from
-/// `stamp.0` on), and gives the ranges to copy into them, in [`WindowAhead`]'s order.
+/// Lays out in `bytes` (and in `stamps`, unless `expected` is `None`) a window around
+/// `page`: `top` bytes from its start, the stamps of the code objects `expected` (each
+/// `stamp.1` bytes from `stamp.0` on), and `below` pages below it; and gives the ranges to
+/// copy into them, in [`WindowAhead`]'s order.
 fn lay_out_window<'s>(
     page: u64,
     below: u64,
-    expected: &[u64],
+    top: usize,
+    expected: Option<&[u64]>,
     (stamp_from, stamp_len): (u64, usize),
     bytes: &'s mut Vec<u8>,
     stamps: &'s mut Vec<u8>,
 ) -> (WindowAhead, Ranges<'s>) {
     let below = below.min(page / PAGE);
     bytes.clear();
-    bytes.resize(((below + 1) * PAGE) as usize, 0);
-    stamps.clear();
-    stamps.resize(expected.len() * stamp_len, 0);
-    let (lower, top) = bytes.split_at_mut((below * PAGE) as usize);
-    let mut reads = Vec::with_capacity(1 + expected.len() + below as usize);
-    reads.push((page, top));
-    let codes = expected.iter().map(|code| code.wrapping_add(stamp_from));
-    reads.extend(codes.zip(stamps.chunks_exact_mut(stamp_len.max(1))));
+    bytes.resize((below * PAGE) as usize + top, 0);
+    let (lower, top_bytes) = bytes.split_at_mut((below * PAGE) as usize);
+    let codes = expected.unwrap_or_default();
+    let mut reads = Vec::with_capacity(1 + codes.len() + below as usize);
+    reads.push((page, top_bytes));
+    if expected.is_some() {
+        stamps.clear();
+        stamps.resize(codes.len() * stamp_len, 0);
+        let at = codes.iter().map(|code| code.wrapping_add(stamp_from));
+        reads.extend(at.zip(stamps.chunks_exact_mut(stamp_len.max(1))));
+    }
     let low = page - below * PAGE;
     let pages = lower.chunks_exact_mut(PAGE as usize).enumerate().rev();
     reads.extend(pages.map(|(i, bytes)| (low + i as u64 * PAGE, bytes)));
     let window = WindowAhead {
         page,
         below,
-        expected: expected.len(),
+        top,
+        asked: expected.is_some(),
+        expected: codes.len(),
         copied: 0,
         at: Instant::now(),
     };
@@ -129,20 +140,29 @@ impl<'a> FrameWindow<'a> {
         stamp: (u64, usize),
         ahead: WindowAhead,
     ) -> Self {
-        let laid_out = usize::try_from((ahead.below + 1) * PAGE).ok() == Some(bytes.len())
+        let laid_out = (ahead.below * PAGE) as usize + ahead.top == bytes.len()
+            && ahead.asked
             && ahead.expected == expected.len()
             && stamps.len() == expected.len() * stamp.1;
         if ahead.copied == 0 || !laid_out {
             return Self::new(bytes, expected, stamps, stamp);
         }
-        let stamped = (ahead.copied - 1).min(ahead.expected);
-        let pages_below =
-            ((ahead.copied - 1).saturating_sub(ahead.expected) as u64).min(ahead.below);
         let mut window = Self::new_keeping(bytes, expected, stamps, stamp);
-        window.base = ahead.page - pages_below * PAGE;
-        window.start = ((ahead.below - pages_below) * PAGE) as usize;
-        window.stamped = Some(stamped);
+        window.hold(ahead);
         window
+    }
+
+    /// Takes what the copy of `window`, laid out in this window's buffers, took: the
+    /// page, the stamps asked for up to the first not copied, and the pages below only
+    /// when every stamp was.
+    fn hold(&mut self, window: WindowAhead) {
+        let after_page = window.copied.saturating_sub(1);
+        if window.asked {
+            self.stamped = Some(after_page.min(window.expected));
+        }
+        let pages_below = (after_page.saturating_sub(window.expected) as u64).min(window.below);
+        self.base = window.page - pages_below * PAGE;
+        self.start = ((window.below - pages_below) * PAGE) as usize;
     }
 
     fn new(
@@ -201,48 +221,29 @@ impl<'a> FrameWindow<'a> {
             return mem.read_exact(at, out);
         };
         let page = at & !(PAGE - 1);
-        let below = PAGES_BELOW.min(page / PAGE);
-        let low = page - below * PAGE;
-        let (Ok(lower_len), Ok(total)) =
-            (usize::try_from(below * PAGE), usize::try_from(end - low))
-        else {
+        let Ok(top) = usize::try_from(end - page) else {
             return mem.read_exact(at, out);
         };
-        self.bytes.clear();
-        self.bytes.resize(total, 0);
-        let (lower, top) = self.bytes.split_at_mut(lower_len);
         // The frame's page first, then the expected stamps (the first time): the pages
         // below count only while each one is mapped.
-        let first = self.stamped.is_none();
-        let expected = if first { self.expected } else { &[] };
-        if first {
-            self.stamps.clear();
-            self.stamps.resize(expected.len() * self.stamp_len, 0);
-        }
-        let mut reads: Vec<(u64, &mut [u8])> =
-            Vec::with_capacity(1 + expected.len() + below as usize);
-        reads.push((page, top));
-        let stamps = self.stamps.chunks_exact_mut(self.stamp_len.max(1));
-        reads.extend(
-            expected
-                .iter()
-                .map(|code| code.wrapping_add(self.stamp_from))
-                .zip(stamps),
+        let expected = self.stamped.is_none().then_some(self.expected);
+        let stamp = (self.stamp_from, self.stamp_len);
+        let (window, mut reads) = lay_out_window(
+            page,
+            PAGES_BELOW,
+            top,
+            expected,
+            stamp,
+            self.bytes,
+            self.stamps,
         );
-        let pages = lower.chunks_exact_mut(PAGE as usize).enumerate().rev();
-        reads.extend(pages.map(|(i, bytes)| (low + i as u64 * PAGE, bytes)));
         let copied = mem.read_leading(&mut reads);
         drop(reads);
-        if self.stamped.is_none() {
-            self.stamped = Some(copied.saturating_sub(1).min(expected.len()));
-        }
+        self.hold(window.copied(copied));
         if copied == 0 {
             self.bytes.clear();
             return mem.read_exact(at, out);
         }
-        let pages_below = copied.saturating_sub(1 + expected.len()) as u64;
-        self.base = page - pages_below * PAGE;
-        self.start = lower_len - pages_below as usize * PAGE as usize;
         match self.get(at, out.len()) {
             Some(held) => {
                 out.copy_from_slice(held);
@@ -344,7 +345,16 @@ impl PythonProcess {
         self.stamps_read
             .borrow()
             .due(&expected, Instant::now(), asked);
-        Some(lay_out_window(page, below, asked, stamp, scratch, stamps))
+        let top = PAGE as usize;
+        Some(lay_out_window(
+            page,
+            below,
+            top,
+            Some(asked),
+            stamp,
+            scratch,
+            stamps,
+        ))
     }
 
     /// [`thread_state`](Self::thread_state), and when the thread state remembered for
@@ -796,7 +806,9 @@ mod tests {
         let at = |addr: u64| &data[(addr - start) as usize..][..24];
         let (mut bytes, mut stamps) = (Vec::new(), Vec::new());
         let copy = |expected: &[u64], bytes: &mut Vec<u8>, stamps: &mut Vec<u8>| {
-            let (window, mut reads) = lay_out_window(page, 2, expected, (0, 16), bytes, stamps);
+            let top = PAGE as usize;
+            let (window, mut reads) =
+                lay_out_window(page, 2, top, Some(expected), (0, 16), bytes, stamps);
             assert_eq!(reads.len(), 1 + expected.len() + 2);
             window.copied(memory.read_leading(&mut reads))
         };
@@ -820,11 +832,27 @@ mod tests {
         assert_eq!(window.stamp(start + 40), None);
         // Nothing copied, or a layout that is not the window's: an empty window, whose
         // first read copies the stamps.
-        let (window, _) = lay_out_window(page, 2, &[], (0, 16), &mut bytes, &mut stamps);
+        let (window, _) = lay_out_window(
+            page,
+            2,
+            PAGE as usize,
+            Some(&[]),
+            (0, 16),
+            &mut bytes,
+            &mut stamps,
+        );
         let empty = FrameWindow::ahead(&mut bytes, &[], &mut stamps, (0, 16), window);
         assert_eq!(empty.get(page + 100, 24), None);
         assert_eq!(empty.stamped, None);
-        let (window, _) = lay_out_window(page, 2, &[], (0, 16), &mut bytes, &mut stamps);
+        let (window, _) = lay_out_window(
+            page,
+            2,
+            PAGE as usize,
+            Some(&[]),
+            (0, 16),
+            &mut bytes,
+            &mut stamps,
+        );
         let one = [start];
         let other = FrameWindow::ahead(&mut bytes, &one, &mut stamps, (0, 16), window.copied(3));
         assert_eq!(other.get(page + 100, 24), None);
