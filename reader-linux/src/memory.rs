@@ -603,6 +603,35 @@ mod tests {
     }
 
     #[test]
+    fn many_leading_ranges_in_one_call() {
+        // More ranges than the call keeps on its stack (8): the same copies.
+        let data: Vec<u8> = (0..=255).collect();
+        let at = data.as_ptr() as u64;
+        for count in [7usize, 8, 9, 20] {
+            let mut bufs = vec![[0u8; 8]; count];
+            let mut reads: Vec<(u64, &mut [u8])> = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| (at + (i as u64 * 8) % 256, &mut b[..]))
+                .collect();
+            let mem = ProcessMemory::new(own_pid(), ReadMethod::ProcessVmReadv);
+            assert_eq!(mem.read_leading(&mut reads), count);
+            for (i, b) in bufs.iter().enumerate() {
+                let from = (i * 8) % 256;
+                assert_eq!(&b[..], &data[from..from + 8], "{count} ranges, range {i}");
+            }
+            // An unmapped range in the middle stops the copy there.
+            let mut bufs = vec![[0u8; 8]; count];
+            let mut reads: Vec<(u64, &mut [u8])> = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| (if i == count - 2 { 8 } else { at }, &mut b[..]))
+                .collect();
+            assert_eq!(mem.read_leading(&mut reads), count - 2);
+        }
+    }
+
+    #[test]
     fn unmapped_is_a_clean_error() {
         for method in [ReadMethod::ProcessVmReadv, ReadMethod::ProcMem] {
             let mem = ProcessMemory::new(own_pid(), method);

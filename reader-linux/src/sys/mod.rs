@@ -56,20 +56,36 @@ pub(crate) fn process_vm_readv(pid: i32, remote: usize, buf: &mut [u8]) -> io::R
 /// copies the ranges in order and stops at the first it cannot copy, so the count ends
 /// inside that range or at its start. An address past `usize` fails with `EFAULT`.
 pub(crate) fn process_vm_readv_each(pid: i32, reads: &mut [(u64, &mut [u8])]) -> io::Result<usize> {
-    let mut local = Vec::with_capacity(reads.len());
-    let mut remote = Vec::with_capacity(reads.len());
-    for (addr, buf) in reads.iter_mut() {
+    // A sample's few ranges take iovecs on the stack: no allocation on the sampling path.
+    const ON_STACK: usize = 8;
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let (mut local_stack, mut remote_stack) = ([empty; ON_STACK], [empty; ON_STACK]);
+    let (mut local_heap, mut remote_heap) = (Vec::new(), Vec::new());
+    let (local, remote) = if reads.len() <= ON_STACK {
+        (
+            &mut local_stack[..reads.len()],
+            &mut remote_stack[..reads.len()],
+        )
+    } else {
+        local_heap.resize(reads.len(), empty);
+        remote_heap.resize(reads.len(), empty);
+        (&mut local_heap[..], &mut remote_heap[..])
+    };
+    for (((addr, buf), local), remote) in reads.iter_mut().zip(&mut *local).zip(&mut *remote) {
         let Ok(addr) = usize::try_from(*addr) else {
             return Err(io::Error::from_raw_os_error(libc::EFAULT));
         };
-        local.push(libc::iovec {
+        *local = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
-        });
-        remote.push(libc::iovec {
+        };
+        *remote = libc::iovec {
             iov_base: addr as *mut libc::c_void,
             iov_len: buf.len(),
-        });
+        };
     }
     let Ok(count) = libc::c_ulong::try_from(local.len()) else {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
