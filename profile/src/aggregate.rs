@@ -3,7 +3,7 @@
 //! limit a sample is counted in the overflow entry (a new stack or label set) or given
 //! the value `(overflow)` (a new string), never dropped uncounted.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::rc::Rc;
 
 use crate::unwind::Frame;

@@ -14,10 +14,11 @@
 //! freed later keeps its name in the profile, and one reused at the same address is not
 //! misnamed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
+use foldhash::HashMap;
 use otel_ctx_sampler::python::{PythonError, PythonFrame, PythonNames};
 
 use crate::aggregate::StackFrame;

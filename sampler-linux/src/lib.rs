@@ -60,7 +60,7 @@ mod tally;
 pub mod tasks;
 pub mod watch;
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::time::{Duration, Instant};
 
 use crate::python::{PythonProcess, PythonStack};

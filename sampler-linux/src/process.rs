@@ -1,7 +1,7 @@
 //! One followed process: what a sampler keeps of it between samples, and the one
 //! refresh policy that keeps its thread reader current.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::python::{PythonError, PythonProcess, PythonThreadNames};

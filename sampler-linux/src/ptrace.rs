@@ -12,7 +12,7 @@
 //! about a dozen samples it is spread evenly over any cycle, whatever its length. The
 //! eBPF sampler's period is the kernel's CPU clock, fixed, as `perf record -F` has it.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::time::{Duration, Instant};
 
 use crate::stack::{

@@ -2,7 +2,7 @@
 //! followed process's thread list, and its threads' `schedstat` and `syscall`. Their
 //! text is parsed by the reader's `procfs`.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 

@@ -2,7 +2,9 @@
 //! the generation of its `targets` entry), and the thread readers that name their
 //! samples, found by process id.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap as StdHashMap};
+
+use foldhash::{HashMap, HashMapExt};
 use std::hash::BuildHasher;
 
 use otel_ctx_reader::thread::tls::Resolution;
@@ -36,7 +38,7 @@ impl<R: EbpfReaders + ?Sized> EbpfReaders for &mut R {
     }
 }
 
-impl<S: BuildHasher> EbpfReaders for HashMap<u32, ThreadReader, S> {
+impl<S: BuildHasher> EbpfReaders for StdHashMap<u32, ThreadReader, S> {
     fn reader_mut(&mut self, pid: u32) -> Option<&mut ThreadReader> {
         self.get_mut(&pid)
     }

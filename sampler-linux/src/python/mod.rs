@@ -94,7 +94,7 @@ pub struct PythonProcess {
     codes: CodeCache,
     /// The code objects of the last sample named that could not be read, and why.
     failed: Vec<(u64, u64, PythonError)>,
-    threads: std::cell::RefCell<std::collections::HashMap<u32, u64>>,
+    threads: std::cell::RefCell<foldhash::HashMap<u32, u64>>,
     /// The code objects of the last walks, newest first, whose stamps the next walk
     /// copies with its first frames where they are not fresh (at most
     /// [`walk::MAX_EXPECTED_CODES`]).
@@ -102,7 +102,7 @@ pub struct PythonProcess {
     /// Each thread's frames at its last walk: the page of its newest, and how many pages
     /// below it held older ones, where the window its next walk copies ahead lies (at
     /// most [`MAX_PYTHON_THREADS`] threads).
-    last_frames: std::cell::RefCell<std::collections::HashMap<u32, (u64, u64)>>,
+    last_frames: std::cell::RefCell<foldhash::HashMap<u32, (u64, u64)>>,
     /// The code objects' stamps read lately: read again only once they are older than
     /// [`names::STAMP_TRUST`].
     stamps_read: std::cell::RefCell<names::StampsRead>,

@@ -3,7 +3,7 @@
 //! kept in a bounded cache; a code object that was freed and whose address was reused
 //! by another is told apart by its stamp (first line and file pointer) and its type.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

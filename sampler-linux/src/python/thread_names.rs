@@ -1,7 +1,7 @@
 //! The Python names of a process's threads as last read from its `threading` registry
 //! (the reading is in `threads.rs`), and the bounds of a reading.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::time::{Duration, Instant};
 
 use super::error::PythonError;
