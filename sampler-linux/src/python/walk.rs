@@ -69,9 +69,8 @@ pub(crate) struct WindowAhead {
     /// How much of the page is copied, from its start (past its end for a frame that
     /// crosses it).
     top: usize,
-    /// Whether the copy asked for stamps, and how many.
-    asked: bool,
-    expected: usize,
+    /// How many code objects' stamps the copy asked for (`None`: it asked for none).
+    expected: Option<usize>,
     /// How many of the ranges were copied, in their order.
     copied: usize,
     /// When the code objects whose stamps it asks for were chosen: those whose stamps
@@ -122,8 +121,7 @@ fn lay_out_window<'s>(
         page,
         below,
         top,
-        asked: expected.is_some(),
-        expected: codes.len(),
+        expected: expected.map(<[u64]>::len),
         copied: 0,
         at: Instant::now(),
     };
@@ -141,8 +139,7 @@ impl<'a> FrameWindow<'a> {
         ahead: WindowAhead,
     ) -> Self {
         let laid_out = (ahead.below * PAGE) as usize + ahead.top == bytes.len()
-            && ahead.asked
-            && ahead.expected == expected.len()
+            && ahead.expected == Some(expected.len())
             && stamps.len() == expected.len() * stamp.1;
         if ahead.copied == 0 || !laid_out {
             return Self::new(bytes, expected, stamps, stamp);
@@ -157,10 +154,11 @@ impl<'a> FrameWindow<'a> {
     /// when every stamp was.
     fn hold(&mut self, window: WindowAhead) {
         let after_page = window.copied.saturating_sub(1);
-        if window.asked {
-            self.stamped = Some(after_page.min(window.expected));
+        if let Some(expected) = window.expected {
+            self.stamped = Some(after_page.min(expected));
         }
-        let pages_below = (after_page.saturating_sub(window.expected) as u64).min(window.below);
+        let stamps = window.expected.unwrap_or(0);
+        let pages_below = (after_page.saturating_sub(stamps) as u64).min(window.below);
         self.base = window.page - pages_below * PAGE;
         self.start = ((window.below - pages_below) * PAGE) as usize;
     }
