@@ -830,27 +830,14 @@ mod tests {
         assert_eq!(window.stamp(start + 40), None);
         // Nothing copied, or a layout that is not the window's: an empty window, whose
         // first read copies the stamps.
-        let (window, _) = lay_out_window(
-            page,
-            2,
-            PAGE as usize,
-            Some(&[]),
-            (0, 16),
-            &mut bytes,
-            &mut stamps,
-        );
+        let no_stamps = |bytes: &mut Vec<u8>, stamps: &mut Vec<u8>| {
+            lay_out_window(page, 2, PAGE as usize, Some(&[]), (0, 16), bytes, stamps).0
+        };
+        let window = no_stamps(&mut bytes, &mut stamps);
         let empty = FrameWindow::ahead(&mut bytes, &[], &mut stamps, (0, 16), window);
         assert_eq!(empty.get(page + 100, 24), None);
         assert_eq!(empty.stamped, None);
-        let (window, _) = lay_out_window(
-            page,
-            2,
-            PAGE as usize,
-            Some(&[]),
-            (0, 16),
-            &mut bytes,
-            &mut stamps,
-        );
+        let window = no_stamps(&mut bytes, &mut stamps);
         let one = [start];
         let other = FrameWindow::ahead(&mut bytes, &one, &mut stamps, (0, 16), window.copied(3));
         assert_eq!(other.get(page + 100, 24), None);
