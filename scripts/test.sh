@@ -13,7 +13,8 @@ while read -r name; do unset "$name"; done < <(compgen -e | grep -E '^OTEL_EXPOR
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-step() { printf '\n=== %s\n' "$*"; }
+# Each heading says how long the suite has run: where its time goes, from any log.
+step() { printf '\n=== %s (at %dm%02ds)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 run_tests() { "$@" 2>&1 | tee -a "$log"; }
 
 # --quick: what needs neither root nor the cross toolchains (lints, docs, unit tests, the
@@ -293,5 +294,5 @@ bash scripts/fuzz.sh
 # Sum every test binary's result line into one closing line.
 passed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
-printf '\n%s passed, %s failed\n' "$passed" "$failed"
+printf '\n%s passed, %s failed, in %dm%02ds\n' "$passed" "$failed" $((SECONDS / 60)) $((SECONDS % 60))
 [ "$failed" -eq 0 ]
