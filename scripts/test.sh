@@ -13,8 +13,10 @@ while read -r name; do unset "$name"; done < <(compgen -e | grep -E '^OTEL_EXPOR
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-# Each heading says how long the suite has run: where its time goes, from any log.
-step() { printf '\n=== %s (at %dm%02ds)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
+# Each heading, and the closing line, say how long the suite has run: where its time
+# goes, from any log.
+elapsed() { printf '%dm%02ds' $((SECONDS / 60)) $((SECONDS % 60)); }
+step() { printf '\n=== %s (at %s)\n' "$*" "$(elapsed)"; }
 run_tests() { "$@" 2>&1 | tee -a "$log"; }
 
 # --quick: what needs neither root nor the cross toolchains (lints, docs, unit tests, the
@@ -294,5 +296,5 @@ bash scripts/fuzz.sh
 # Sum every test binary's result line into one closing line.
 passed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
-printf '\n%s passed, %s failed, in %dm%02ds\n' "$passed" "$failed" $((SECONDS / 60)) $((SECONDS % 60))
+printf '\n%s passed, %s failed, in %s\n' "$passed" "$failed" "$(elapsed)"
 [ "$failed" -eq 0 ]
